@@ -1,0 +1,35 @@
+# The two set-up commands of the README: `make run` and `make test`.
+# Both install into the current Python (no virtual environment is assumed).
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip install --quiet --disable-pip-version-check
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install install-dev run test lint typecheck unit bench
+
+install:
+	$(PIP) -e .
+
+install-dev:
+	$(PIP) -e ".[dev]"
+
+run: install
+	$(PYTHON) -m tether serve --host $(HOST) --port $(PORT)
+
+lint:
+	$(PYTHON) -m ruff check src tests bench
+	$(PYTHON) -m ruff format --check src tests bench
+
+typecheck:
+	$(PYTHON) -m mypy
+
+# Lint, types, then every test. PostgreSQL and Redis tests skip without their
+# servers unless TETHER_REQUIRE_SERVICES=1 (set by .ci/run), which makes them fail.
+test: install-dev lint typecheck
+	$(PYTHON) -m pytest
+
+unit: install-dev
+	$(PYTHON) -m pytest -m "not processes"
+
+bench: install-dev
+	$(PYTHON) -m bench

@@ -1,0 +1,127 @@
+"""The durable transcript: conversations users list and reopen later."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from tether.domain.chat_message import ChatMessage, ConversationContext
+
+LastTurnStatus = Literal["running", "complete", "errored", "cancelled"]
+
+
+class ConversationNotOwnedError(Exception):
+    """A write (or a private read) by someone other than the conversation's owner.
+
+    The server maps it to 403 ``CONVERSATION_NOT_OWNED``.
+    """
+
+
+class ConversationSummary(BaseModel):
+    """A conversation as listed: ids, owner, sharing and last-turn status, no messages."""
+
+    tenant: str
+    session_id: str
+    owner_uuid: str
+    agent_identifier: str
+    shared: bool = False
+    last_turn_status: LastTurnStatus | None = None
+    created_at: datetime
+    updated_at: datetime
+    message_count: int = 0
+    title: str = ""
+
+
+class ConversationPage(BaseModel):
+    items: list[ConversationSummary]
+    next_cursor: str | None = None
+
+
+def normalize_owner(requester_uuid: str | None) -> str:
+    """A missing requester is the owner ``""`` (the seed's rule), never None."""
+    return requester_uuid or ""
+
+
+class ChatConversationStore(ABC):
+    """Conversations keyed by ``(tenant, session_id)``, owned by ``requester_uuid``.
+
+    Writes are owner-only: any other requester gets ``ConversationNotOwnedError``.
+    Reads are allowed to the owner and, for a shared conversation, to anyone in
+    the tenant. ``append_messages`` and ``set_last_turn_status`` must be durable
+    when they return.
+
+    The first three methods are the seed's contract. ``get_conversation``,
+    ``list_conversations``, ``set_shared`` and ``delete_conversation`` are
+    optional: an adapter that leaves them out still serves chat turns, and the
+    routes that need them answer 501.
+    """
+
+    @abstractmethod
+    async def append_messages(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        user_agent_id: str | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> None:
+        """Append ``messages`` (and set ``last_turn_status`` when given).
+
+        With ``create_if_absent=False`` a missing conversation stays missing: the
+        handler appends the bot turn that way, so a conversation deleted
+        mid-stream is not resurrected as a ghost row.
+        """
+
+    @abstractmethod
+    async def set_last_turn_status(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        last_turn_status: LastTurnStatus,
+    ) -> None:
+        """Set the status of the last turn; a no-op when no conversation exists."""
+
+    @abstractmethod
+    async def get_transcript(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> list[ChatMessage]:
+        """The messages in order; ``[]`` when no conversation exists."""
+
+    async def get_conversation(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ConversationSummary | None:
+        """The conversation's summary if the requester may read it, else None/raise."""
+        raise NotImplementedError
+
+    async def list_conversations(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        """The requester's own conversations, most recently updated first."""
+        raise NotImplementedError
+
+    async def set_shared(
+        self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool
+    ) -> None:
+        """Share the conversation with the tenant, or make it private again."""
+        raise NotImplementedError
+
+    async def delete_conversation(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> bool:
+        """Remove the conversation; returns whether one existed."""
+        raise NotImplementedError

@@ -1,0 +1,93 @@
+"""The message model every layer speaks: what a user sends and what an agent answers.
+
+A bot message is always *cumulative*: each one an agent yields, and each one the
+stream carries, holds the whole answer so far, never a delta. That is what lets a
+recording keep only the newest message and lets a client join mid-turn.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ChatMessageSender(str, Enum):
+    USER = "user"
+    BOT = "bot"
+
+
+class ContentPartType(str, Enum):
+    TEXT = "text"
+    TOOL = "tool"
+    TABLE = "table"
+    CONTEXT = "context"
+
+
+class ToolCallStatus(str, Enum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ERROR = "error"
+
+
+class ContentPartTool(BaseModel):
+    """One tool call as the user sees it: shown running, then completed or error."""
+
+    tool_call_id: str
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    response: Any = None
+    status: ToolCallStatus = ToolCallStatus.RUNNING
+
+
+class ContentPartTable(BaseModel):
+    headers: list[str] = Field(default_factory=list)
+    rows: list[list[Any]] = Field(default_factory=list)
+
+
+class ContentPart(BaseModel):
+    """A typed piece of a message; exactly the field named by ``type`` is set."""
+
+    type: ContentPartType
+    text: str | None = None
+    tool: ContentPartTool | None = None
+    table: ContentPartTable | None = None
+    context: dict[str, Any] | None = None
+
+
+class FunctionCallRequest(BaseModel):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class FunctionCallResponse(BaseModel):
+    name: str
+    response: Any = None
+
+
+class ChatMessage(BaseModel):
+    """A user or bot message in a conversation."""
+
+    model_config = ConfigDict(use_enum_values=False)
+
+    sender: ChatMessageSender
+    content: str = ""
+    content_parts: list[ContentPart] | None = None
+    message_id: str | None = None
+    session_id: str | None = None
+    function_call_request: FunctionCallRequest | None = None
+    function_call_response: FunctionCallResponse | None = None
+    custom_input: dict[str, Any] | None = None
+
+
+class ConversationContext(BaseModel):
+    """Context a client attaches to a conversation (documents, custom fields).
+
+    Free-form by design: agents read what they understand and ignore the rest.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    document_context: dict[str, Any] | None = None
+    custom_context: dict[str, Any] | None = None

@@ -1,0 +1,37 @@
+"""What the server knows about one request: who asks, for which agent, with what."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.domain.chat_message import ChatMessage, ConversationContext
+
+
+class RequestHeaders(BaseModel):
+    """Identity as set by a trusted gateway (or taken from a verified token).
+
+    The aliases are the HTTP header names, so ``RequestHeaders(**request.headers)``
+    style construction works with ``populate_by_name``.
+    """
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    requester_uuid: str | None = Field(default=None, alias="requester-uuid")
+    user_roles: list[str] | None = Field(default=None, alias="user-roles")
+    user_tenants: list[str] | None = Field(default=None, alias="user-tenants")
+    authorization: str | None = Field(default=None, alias="Authorization", repr=False)
+
+
+class ChatRequest(BaseModel):
+    """One turn as the handler sees it, after the HTTP layer has checked it."""
+
+    tenant: str
+    request_headers: RequestHeaders = Field(default_factory=RequestHeaders)
+    agent_identifier: str
+    conversation: list[ChatMessage]
+    conversation_context: ConversationContext | None = None
+    bot_params: dict[str, Any] | None = None
+    stateful: bool = False
+    session_id: str | None = None

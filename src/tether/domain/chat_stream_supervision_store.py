@@ -1,0 +1,82 @@
+"""The liveness record, send mutex and ownership lease of a conversation: one row each."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+
+from pydantic import BaseModel, field_validator
+
+DEAD_AFTER = timedelta(seconds=3)
+"""A RUNNING row whose heartbeat is older than this belongs to a dead producer."""
+
+
+class ChatStreamStatus(str, Enum):
+    RUNNING = "running"
+    DONE = "done"
+    ERRORED = "errored"
+    CANCELLED = "cancelled"
+
+
+class ChatStreamSupervision(BaseModel):
+    """The row: which turn owns the conversation, at which lease epoch, alive when."""
+
+    status: ChatStreamStatus
+    heartbeat_at: datetime
+    message_id: str
+    epoch: int
+
+    @field_validator("heartbeat_at")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        # Stores compare heartbeats written by different processes: keep them in UTC.
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    def is_dead(self, now: datetime, dead_after: timedelta = DEAD_AFTER) -> bool:
+        """A crashed process cannot record its own death: the reader decides, by age."""
+        return self.status is ChatStreamStatus.RUNNING and now - self.heartbeat_at > dead_after
+
+    def is_live(self, now: datetime, dead_after: timedelta = DEAD_AFTER) -> bool:
+        return self.status is ChatStreamStatus.RUNNING and not self.is_dead(now, dead_after)
+
+
+class ChatStreamSupervisionStore(ABC):
+    """One row per conversation; the only store with a hard atomicity requirement.
+
+    Every write is a compare-and-swap on the epoch, so two replicas can never
+    both claim a conversation, and a producer that was only slow finds out the
+    moment its next heartbeat is refused. There is no stored "dead" status: the
+    owner stamps a fresh RUNNING heartbeat every second and readers judge age.
+    """
+
+    @abstractmethod
+    async def compare_and_swap(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        expected_epoch: int | None,
+        supervision: ChatStreamSupervision,
+    ) -> bool:
+        """Write ``supervision`` if and only if the current row's epoch equals
+        ``expected_epoch`` (``None``: only if no row exists), atomically with that
+        check. Returns whether it wrote."""
+
+    @abstractmethod
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChatStreamSupervision | None:
+        """The current row, or None."""
+
+    @abstractmethod
+    async def delete(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_id: str,
+        epoch: int,
+    ) -> None:
+        """Remove the row only if it still holds exactly ``message_id`` at ``epoch``,
+        atomically with that check. A row claimed by a newer turn is left alone."""
