@@ -30,7 +30,9 @@ class StreamableChatAgent(ChatAgent):
     """An agent that streams: every yield is the whole answer so far, never a delta."""
 
     @abstractmethod
-    def execute_streaming(self, conversation: list[ChatMessage]) -> AsyncGenerator[ChatMessage, None]:
+    def execute_streaming(
+        self, conversation: list[ChatMessage]
+    ) -> AsyncGenerator[ChatMessage, None]:
         """Yield cumulative bot messages; the last one is the final answer."""
 
     async def execute(self, conversation: list[ChatMessage]) -> ChatMessage | None:

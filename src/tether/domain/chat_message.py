@@ -7,25 +7,25 @@ recording keep only the newest message and lets a client join mid-turn.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class ChatMessageSender(str, Enum):
+class ChatMessageSender(StrEnum):
     USER = "user"
     BOT = "bot"
 
 
-class ContentPartType(str, Enum):
+class ContentPartType(StrEnum):
     TEXT = "text"
     TOOL = "tool"
     TABLE = "table"
     CONTEXT = "context"
 
 
-class ToolCallStatus(str, Enum):
+class ToolCallStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     ERROR = "error"

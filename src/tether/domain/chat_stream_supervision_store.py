@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from datetime import UTC, datetime, timedelta
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import BaseModel, field_validator
 
@@ -12,7 +12,7 @@ DEAD_AFTER = timedelta(seconds=3)
 """A RUNNING row whose heartbeat is older than this belongs to a dead producer."""
 
 
-class ChatStreamStatus(str, Enum):
+class ChatStreamStatus(StrEnum):
     RUNNING = "running"
     DONE = "done"
     ERRORED = "errored"

@@ -1,0 +1,53 @@
+"""Checkpoints in a dict: for tests and single-process development."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
+
+_Key = tuple[str, str, str]
+
+
+class InMemoryChatAgentStateStore(ChatAgentStateStore):
+    """``ChatAgentStateStore`` held in this process's memory; lost when it exits.
+
+    Blobs are kept as JSON text, so ``load`` always returns a fresh copy, and a
+    state the file store could not persist fails here too, at ``save``.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._states: dict[_Key, str] = {}
+
+    async def load(self, tenant: str, user_uuid: str | None, session_id: str) -> DependencyState:
+        """The saved state (a copy), or ``{}`` when nothing is saved."""
+        async with self._lock:
+            text = self._states.get(_key(tenant, user_uuid, session_id))
+        if text is None:
+            return {}
+        state: DependencyState = json.loads(text)
+        return state
+
+    async def save(
+        self, tenant: str, user_uuid: str | None, session_id: str, state: DependencyState
+    ) -> None:
+        """Replace the saved state with a copy of ``state``."""
+        if not isinstance(state, dict) or not all(
+            isinstance(key, str) and isinstance(blob, dict) for key, blob in state.items()
+        ):
+            raise TypeError("agent state must be a dict of {state_key: dict blob}")
+        text = json.dumps(state)
+        async with self._lock:
+            self._states[_key(tenant, user_uuid, session_id)] = text
+
+    async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
+        """Remove the saved state; a no-op when nothing exists."""
+        async with self._lock:
+            self._states.pop(_key(tenant, user_uuid, session_id), None)
+
+
+def _key(tenant: str, user_uuid: str | None, session_id: str) -> _Key:
+    # A missing user is "", exactly as construct_agent_state_key spells it.
+    return (tenant, user_uuid or "", session_id)

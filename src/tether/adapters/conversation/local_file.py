@@ -1,0 +1,220 @@
+"""Conversations as one durable JSON document each, for local work and single nodes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tether.adapters._files import (
+    RowFiles,
+    child_path,
+    encode_component,
+    exclusive_lock,
+    read_model,
+    remove_file,
+    row_files,
+    run_in_thread,
+    store_root,
+    write_json,
+)
+from tether.adapters.conversation._record import (
+    Append,
+    Clock,
+    ConversationRecord,
+    page,
+    stamp,
+    utc_now,
+)
+from tether.domain.chat_conversation_store import (
+    ChatConversationStore,
+    ConversationPage,
+    ConversationSummary,
+    LastTurnStatus,
+    normalize_owner,
+)
+from tether.domain.chat_message import ChatMessage, ConversationContext
+
+_PREFIX = "conversations"
+
+
+class LocalFileChatConversationStore(ChatConversationStore):
+    """``ChatConversationStore`` on a directory, shared safely by any number of processes.
+
+    One document per conversation, ``{base_path}/conversations/{tenant}/{session_id}.json``
+    with every id escaped; it holds the messages and the metadata together, so
+    one atomic replace changes both. Every write holds an exclusive ``flock`` on
+    the sibling ``.lock`` file across read, ownership check and write, and is
+    durable (fsynced, directory too) when it returns. Listing scans the tenant's
+    directory and reads each document: correct rather than fast, which suits
+    local work and single nodes. ``clock`` stamps ``created_at``/``updated_at``.
+    """
+
+    def __init__(self, base_path: str | os.PathLike[str], clock: Clock = utc_now) -> None:
+        self._base = store_root(base_path)
+        self._clock = clock
+
+    async def append_messages(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        user_agent_id: str | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> None:
+        """Append ``messages``, creating the conversation unless ``create_if_absent`` is False."""
+        change = Append(
+            tenant=tenant,
+            requester_uuid=requester_uuid,
+            session_id=session_id,
+            agent_identifier=agent_identifier,
+            messages=messages,
+            user_roles=user_roles,
+            user_tenants=user_tenants,
+            user_agent_id=user_agent_id,
+            bot_params=bot_params,
+            last_turn_status=last_turn_status,
+            create_if_absent=create_if_absent,
+            conversation_context=conversation_context,
+        )
+        await run_in_thread(self._append, self._files(tenant, session_id), change)
+
+    async def set_last_turn_status(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        last_turn_status: LastTurnStatus,
+    ) -> None:
+        """Set the last turn's status (owner only); a no-op when no conversation exists."""
+        files = self._files(tenant, session_id)
+        await run_in_thread(self._set_status, files, requester_uuid, last_turn_status)
+
+    async def get_transcript(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> list[ChatMessage]:
+        """The messages (owner, or anyone when shared); ``[]`` when missing."""
+        record = await run_in_thread(
+            _read_readable, self._files(tenant, session_id), requester_uuid
+        )
+        return [] if record is None else record.messages
+
+    async def get_conversation(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ConversationSummary | None:
+        """The summary (owner, or anyone when shared); None when missing."""
+        record = await run_in_thread(
+            _read_readable, self._files(tenant, session_id), requester_uuid
+        )
+        return None if record is None else record.summary()
+
+    async def list_conversations(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        """The requester's own conversations in ``tenant``, most recently updated first."""
+        directory = child_path(self._base, _PREFIX, encode_component(tenant))
+        owner = normalize_owner(requester_uuid)
+        records = await run_in_thread(_scan, directory)
+        return page(
+            (
+                record
+                for record in records
+                if record.owner_uuid == owner and record.tenant == tenant
+            ),
+            limit,
+            cursor,
+        )
+
+    async def set_shared(
+        self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool
+    ) -> None:
+        """Share or unshare (owner only); a no-op when no conversation exists."""
+        await run_in_thread(
+            self._set_shared, self._files(tenant, session_id), requester_uuid, shared
+        )
+
+    async def delete_conversation(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> bool:
+        """Remove the conversation (owner only); returns whether one existed."""
+        return await run_in_thread(_delete, self._files(tenant, session_id), requester_uuid)
+
+    def _files(self, tenant: str, session_id: str) -> RowFiles:
+        return row_files(self._base, _PREFIX, tenant, session_id)
+
+    def _append(self, files: RowFiles, change: Append) -> None:
+        with exclusive_lock(files.lock):
+            current = read_model(files.data, ConversationRecord)
+            updated = change.apply(current, stamp(self._clock))
+            if updated is not None:
+                _write(files, updated)
+
+    def _set_status(
+        self, files: RowFiles, requester_uuid: str | None, last_turn_status: LastTurnStatus
+    ) -> None:
+        with exclusive_lock(files.lock):
+            record = read_model(files.data, ConversationRecord)
+            if record is None:
+                return
+            record.require_owner(requester_uuid)
+            record.last_turn_status = last_turn_status
+            record.updated_at = stamp(self._clock)
+            _write(files, record)
+
+    def _set_shared(self, files: RowFiles, requester_uuid: str | None, shared: bool) -> None:
+        with exclusive_lock(files.lock):
+            record = read_model(files.data, ConversationRecord)
+            if record is None:
+                return
+            record.require_owner(requester_uuid)
+            record.shared = shared
+            _write(files, record)
+
+
+def _write(files: RowFiles, record: ConversationRecord) -> None:
+    write_json(files.data, record.model_dump(mode="json"), durable=True)
+
+
+def _read_readable(files: RowFiles, requester_uuid: str | None) -> ConversationRecord | None:
+    # No lock: documents are replaced atomically, so a read is always whole.
+    record = read_model(files.data, ConversationRecord)
+    if record is not None:
+        record.require_readable(requester_uuid)
+    return record
+
+
+def _delete(files: RowFiles, requester_uuid: str | None) -> bool:
+    with exclusive_lock(files.lock):
+        record = read_model(files.data, ConversationRecord)
+        if record is None:
+            return False
+        record.require_owner(requester_uuid)
+        return remove_file(files.data, durable=True)
+
+
+def _scan(directory: Path) -> list[ConversationRecord]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    records: list[ConversationRecord] = []
+    for entry in entries:
+        # Temp files start with "." and lock files end in ".lock"; escaped names
+        # never start with ".", so this picks exactly the documents.
+        if entry.name.startswith(".") or not entry.name.endswith(".json"):
+            continue
+        record = read_model(Path(entry.path), ConversationRecord)
+        if record is not None:  # deleted since the scan started
+            records.append(record)
+    return records

@@ -1,0 +1,397 @@
+"""The model/tool loop, as a resumable agent dependency.
+
+``ChatClient.stream`` drives a ``ChatModel`` through tool calls and yields cumulative
+bot messages. Its working state (what the model said and which tools ran this turn)
+is checkpointed by the runtime, so a turn taken over after its producer died resumes
+where it was: the restored answer is shown at once, completed tool calls are not run
+again, and the model continues its partial text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field
+from pydantic_core import to_jsonable_python
+
+from tether.adapters.llm.offline import OfflineChatModel
+from tether.adapters.llm.openai_compatible import OpenAICompatibleChatModel
+from tether.domain.agent_dependency import AgentDependencyFactory, ResumableAgentDependency
+from tether.domain.agent_setup import AgentSetup
+from tether.domain.chat_message import (
+    ChatMessage,
+    ChatMessageSender,
+    ContentPart,
+    ContentPartTool,
+    ContentPartType,
+    ToolCallStatus,
+)
+from tether.domain.chat_model import ChatModel, ModelMessage, ModelRole, ModelToolCall, TextDelta
+from tether.tools import MalformedToolCall, Tool
+
+# Text the model writes in different responses of one turn (before and after a tool
+# call) are separate text parts; ``content`` joins them as paragraphs.
+TEXT_PART_SEPARATOR = "\n\n"
+
+
+class ChatClient(ResumableAgentDependency):
+    """Runs one answer: model, tools, model again, until the model stops asking for tools.
+
+    Every yield of ``stream`` is the whole answer so far. ``dump`` captures the
+    turn's progress; after ``load(state, resuming_turn=True)`` the next ``stream``
+    yields the restored answer first and re-drives the model from exactly there.
+    """
+
+    state_key: ClassVar[str] = "chat_client"
+    restores_conversation: ClassVar[bool] = False
+
+    def __init__(self, model: ChatModel, max_tool_rounds: int = 8) -> None:
+        if max_tool_rounds < 0:
+            raise ValueError("max_tool_rounds must be >= 0")
+        self.model = model
+        self.max_tool_rounds = max_tool_rounds
+        self._turn = _TurnState()
+        self._resume_next = False
+
+    async def stream(
+        self,
+        conversation: list[ChatMessage],
+        tools: Sequence[Tool] = (),
+        system_prompt: str | None = None,
+    ) -> AsyncIterator[ChatMessage]:
+        """Answer ``conversation`` (its last message is the user's), yielding cumulative
+        bot messages; the last one is the final answer."""
+        if self._resume_next:
+            self._resume_next = False
+            turn = self._turn
+        else:
+            turn = self._turn = _TurnState()
+        tools_by_name = _index(tools)
+        specs = [tool.spec() for tool in tools]
+        prefix = _model_prefix(conversation, system_prompt)
+
+        if turn.content_parts:
+            yield turn.message()
+        yielded = bool(turn.content_parts)
+        while not turn.finished:
+            # A checkpoint can land between the model asking for tools and the tools
+            # finishing: run what is still pending before asking the model again.
+            for call in turn.pending_tool_calls():
+                yield await self._run_tool(turn, call, tools_by_name)
+                yielded = True
+            requested: list[ModelToolCall] = []
+            async for event in self.model.stream(prefix + turn.model_messages(), specs):
+                if isinstance(event, TextDelta):
+                    if event.text:
+                        turn.add_text(event.text)
+                        yield turn.message()
+                        yielded = True
+                else:
+                    requested.append(event)
+            if not requested:
+                turn.finished = True
+            elif turn.tool_rounds() >= self.max_tool_rounds:
+                turn.add_note(
+                    f"(Stopped: the model asked for more tools after {self.max_tool_rounds} "
+                    "tool rounds, the limit for one answer.)"
+                )
+                turn.finished = True
+                yield turn.message()
+                yielded = True
+            else:
+                turn.request_tools(requested)
+                yield turn.message()
+                yielded = True
+        if not yielded:
+            # Even an empty answer is an answer: the agent's caller gets a message.
+            yield turn.message()
+
+    async def _run_tool(
+        self, turn: _TurnState, call: ModelToolCall, tools_by_name: Mapping[str, Tool]
+    ) -> ChatMessage:
+        status, response = await _invoke(call, tools_by_name)
+        turn.complete_tool(call.id, status, response)
+        # Checkpoint before showing the result: once the runtime has this state, a
+        # resume on any replica will not execute the call again.
+        await self.request_checkpoint()
+        return turn.message()
+
+    async def dump(self) -> dict[str, Any]:
+        """The current turn's progress, JSON-serializable."""
+        return self._turn.model_dump(mode="json")
+
+    async def load(self, state: dict[str, Any], *, resuming_turn: bool) -> None:
+        """Restore a checkpoint of the turn being resumed; a checkpoint of an earlier,
+        finished turn means nothing to a new turn, which starts fresh."""
+        if resuming_turn and state:
+            self._turn = _TurnState.model_validate(state)
+            self._resume_next = True
+        else:
+            self._turn = _TurnState()
+            self._resume_next = False
+
+    async def aclose(self) -> None:
+        """Release the model's connections."""
+        await self.model.aclose()
+
+
+class ChatClientFactory(AgentDependencyFactory):
+    """Builds a ``ChatClient`` for an agent from its setup.
+
+    ``llm_configuration_name`` picks the model: ``"offline"`` (also when unset) or
+    ``"openai"``. Options come from ``agent_configuration["llm"]``: for offline the
+    ``OfflineChatModel`` options; for openai ``model``, ``base_url``, ``api_key`` and
+    ``temperature``; for both ``max_tool_rounds``. The API key may also come from
+    ``TETHER_LLM_API_KEY`` or ``OPENAI_API_KEY`` in the environment, so it need not
+    sit in a setup file (the secrets file is the other place for it).
+    """
+
+    @classmethod
+    def create(cls, setup: AgentSetup) -> ChatClient:
+        options = setup.agent_configuration.get("llm", {})
+        if not isinstance(options, Mapping):
+            raise ValueError(
+                f"agent {setup.agent_identifier!r}: agent_configuration.llm must be an object"
+            )
+        options = dict(options)
+        max_tool_rounds = options.pop("max_tool_rounds", 8)
+        name = setup.llm_configuration_name or "offline"
+        model: ChatModel
+        if name == "offline":
+            model = OfflineChatModel.from_options(options)
+        elif name == "openai":
+            model = _openai_model(setup.agent_identifier, options)
+        else:
+            raise ValueError(
+                f"agent {setup.agent_identifier!r}: unknown llm_configuration_name {name!r}; "
+                "expected 'offline' or 'openai'"
+            )
+        return ChatClient(model, max_tool_rounds=int(max_tool_rounds))
+
+
+_OPENAI_OPTIONS = frozenset({"model", "base_url", "api_key", "temperature"})
+
+
+def _openai_model(agent_identifier: str, options: dict[str, Any]) -> OpenAICompatibleChatModel:
+    unknown = set(options) - _OPENAI_OPTIONS
+    if unknown:
+        raise ValueError(
+            f"agent {agent_identifier!r}: unknown openai llm options {sorted(unknown)}; "
+            f"expected some of {sorted(_OPENAI_OPTIONS)}"
+        )
+    if not options.get("model"):
+        raise ValueError(f"agent {agent_identifier!r}: the openai llm needs a 'model' option")
+    api_key = (
+        options.get("api_key")
+        or os.environ.get("TETHER_LLM_API_KEY")
+        or os.environ.get("OPENAI_API_KEY")
+    )
+    if not api_key:
+        raise ValueError(
+            f"agent {agent_identifier!r}: no API key for the openai llm; put llm.api_key in "
+            "the secrets file (env/agent_setups.json) or set TETHER_LLM_API_KEY"
+        )
+    temperature = options.get("temperature")
+    return OpenAICompatibleChatModel(
+        model=str(options["model"]),
+        base_url=options.get("base_url"),
+        api_key=str(api_key),
+        temperature=None if temperature is None else float(temperature),
+    )
+
+
+async def _invoke(
+    call: ModelToolCall, tools_by_name: Mapping[str, Tool]
+) -> tuple[ToolCallStatus, Any]:
+    if isinstance(call, MalformedToolCall):
+        return ToolCallStatus.ERROR, f"could not parse the arguments of {call.name!r}: {call.error}"
+    tool = tools_by_name.get(call.name)
+    if tool is None:
+        offered = ", ".join(sorted(tools_by_name)) or "none"
+        return ToolCallStatus.ERROR, f"unknown tool {call.name!r} (offered: {offered})"
+    try:
+        result = await tool.invoke(call.arguments)
+    except Exception as error:
+        # A failing tool is information for the model, not the end of the turn.
+        detail = str(error) or type(error).__name__
+        return ToolCallStatus.ERROR, f"{type(error).__name__}: {detail}"
+    # The response is checkpointed and recorded, so it must survive JSON.
+    return ToolCallStatus.COMPLETED, to_jsonable_python(result, fallback=str)
+
+
+def _index(tools: Sequence[Tool]) -> dict[str, Tool]:
+    by_name: dict[str, Tool] = {}
+    for tool in tools:
+        if tool.name in by_name:
+            raise ValueError(f"two tools are named {tool.name!r}")
+        by_name[tool.name] = tool
+    return by_name
+
+
+def _model_prefix(conversation: list[ChatMessage], system_prompt: str | None) -> list[ModelMessage]:
+    messages = [ModelMessage(role="system", content=system_prompt)] if system_prompt else []
+    for message in conversation:
+        if message.sender == ChatMessageSender.USER:
+            messages.append(ModelMessage(role="user", content=message.content))
+        elif message.content:
+            # An empty bot message would read as a turn to continue; it says nothing.
+            messages.append(ModelMessage(role="assistant", content=message.content))
+    return messages
+
+
+def _tool_result_text(status: ToolCallStatus, response: Any) -> str:
+    text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
+    return f"Error: {text}" if status == ToolCallStatus.ERROR else text
+
+
+class _ToolCallState(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # Kept so a malformed call restored from a checkpoint is still reported as one.
+    arguments_error: str | None = None
+    raw_arguments: str | None = None
+
+    @classmethod
+    def of(cls, call: ModelToolCall) -> _ToolCallState:
+        if isinstance(call, MalformedToolCall):
+            return cls(
+                id=call.id,
+                name=call.name,
+                arguments=dict(call.arguments),
+                arguments_error=call.error,
+                raw_arguments=call.raw_arguments,
+            )
+        return cls(id=call.id, name=call.name, arguments=dict(call.arguments))
+
+    def call(self) -> ModelToolCall:
+        if self.arguments_error is not None:
+            return MalformedToolCall(
+                id=self.id,
+                name=self.name,
+                arguments=self.arguments,
+                raw_arguments=self.raw_arguments or "",
+                error=self.arguments_error,
+            )
+        return ModelToolCall(id=self.id, name=self.name, arguments=self.arguments)
+
+
+class _MessageState(BaseModel):
+    role: ModelRole
+    content: str = ""
+    tool_calls: list[_ToolCallState] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def message(self) -> ModelMessage:
+        return ModelMessage(
+            role=self.role,
+            content=self.content,
+            tool_calls=tuple(call.call() for call in self.tool_calls),
+            tool_call_id=self.tool_call_id,
+            name=self.name,
+        )
+
+
+class _TurnState(BaseModel):
+    """The checkpointed progress of one turn.
+
+    ``transcript``: the model messages this turn produced (assistant messages that
+    asked for tools, and the tools' results). ``partial_text``: what the model has
+    said in the response in progress. ``content_parts``: the answer as shown.
+    ``content`` is the answer's text, kept for readers of a checkpoint; the parts are
+    what is restored.
+    """
+
+    version: Literal[1] = 1
+    transcript: list[_MessageState] = Field(default_factory=list)
+    partial_text: str = ""
+    content: str = ""
+    content_parts: list[ContentPart] = Field(default_factory=list)
+    finished: bool = False
+
+    def model_messages(self) -> list[ModelMessage]:
+        messages = [message.message() for message in self.transcript]
+        if self.partial_text:
+            # A resumed response: the model is asked to continue this text.
+            messages.append(ModelMessage(role="assistant", content=self.partial_text))
+        return messages
+
+    def tool_rounds(self) -> int:
+        return sum(1 for m in self.transcript if m.role == "assistant" and m.tool_calls)
+
+    def add_text(self, text: str) -> None:
+        if self.partial_text and self.content_parts:
+            part = self.content_parts[-1]
+            part.text = (part.text or "") + text
+        else:
+            self.content_parts.append(ContentPart(type=ContentPartType.TEXT, text=text))
+        self.partial_text += text
+        self._refresh_content()
+
+    def add_note(self, text: str) -> None:
+        self.content_parts.append(ContentPart(type=ContentPartType.TEXT, text=text))
+        self._refresh_content()
+
+    def request_tools(self, calls: Sequence[ModelToolCall]) -> None:
+        # The response is complete, so its text moves into the transcript with the
+        # calls; the next response starts a new text part.
+        self.transcript.append(
+            _MessageState(
+                role="assistant",
+                content=self.partial_text,
+                tool_calls=[_ToolCallState.of(call) for call in calls],
+            )
+        )
+        self.partial_text = ""
+        for call in calls:
+            self.content_parts.append(
+                ContentPart(
+                    type=ContentPartType.TOOL,
+                    tool=ContentPartTool(
+                        tool_call_id=call.id, name=call.name, params=dict(call.arguments)
+                    ),
+                )
+            )
+
+    def pending_tool_calls(self) -> list[ModelToolCall]:
+        """Calls of the latest tool request that have no result yet."""
+        for index in range(len(self.transcript) - 1, -1, -1):
+            message = self.transcript[index]
+            if message.role == "assistant" and message.tool_calls:
+                answered = {m.tool_call_id for m in self.transcript[index + 1 :]}
+                return [c.call() for c in message.tool_calls if c.id not in answered]
+        return []
+
+    def complete_tool(self, call_id: str, status: ToolCallStatus, response: Any) -> None:
+        name = ""
+        for part in self.content_parts:
+            if part.tool is not None and part.tool.tool_call_id == call_id:
+                part.tool.status = status
+                part.tool.response = response
+                name = part.tool.name
+        self.transcript.append(
+            _MessageState(
+                role="tool",
+                content=_tool_result_text(status, response),
+                tool_call_id=call_id,
+                name=name or None,
+            )
+        )
+
+    def message(self) -> ChatMessage:
+        return ChatMessage(
+            sender=ChatMessageSender.BOT,
+            content=self.content,
+            content_parts=[part.model_copy(deep=True) for part in self.content_parts],
+        )
+
+    def _refresh_content(self) -> None:
+        self.content = TEXT_PART_SEPARATOR.join(
+            part.text
+            for part in self.content_parts
+            if part.type == ContentPartType.TEXT and part.text
+        )

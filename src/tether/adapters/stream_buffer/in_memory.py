@@ -1,0 +1,118 @@
+"""Supervision rows and recordings in dicts: correct within one process only."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tether.domain.chat_stream_recording_store import (
+    ChatStreamRecordingStore,
+    RecordedStreamEvent,
+    RecordingFencedError,
+)
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamSupervision,
+    ChatStreamSupervisionStore,
+)
+
+_Key = tuple[str, str, str]
+
+
+def _key(tenant: str, requester_uuid: str | None, session_id: str) -> _Key:
+    return (tenant, requester_uuid or "", session_id)
+
+
+class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
+    """``ChatStreamSupervisionStore`` in this process's memory.
+
+    An ``asyncio.Lock`` makes each check-and-write one step for every task of
+    one event loop; other processes (or replicas) see nothing of it. Rows are
+    copied in and out, so no caller ever shares an object with the store.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._rows: dict[_Key, ChatStreamSupervision] = {}
+
+    async def compare_and_swap(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        expected_epoch: int | None,
+        supervision: ChatStreamSupervision,
+    ) -> bool:
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        key = _key(tenant, requester_uuid, session_id)
+        async with self._lock:
+            current = self._rows.get(key)
+            if (None if current is None else current.epoch) != expected_epoch:
+                return False
+            self._rows[key] = supervision.model_copy(deep=True)
+            return True
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChatStreamSupervision | None:
+        """A copy of the current row, or None."""
+        async with self._lock:
+            current = self._rows.get(_key(tenant, requester_uuid, session_id))
+            return None if current is None else current.model_copy(deep=True)
+
+    async def delete(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_id: str,
+        epoch: int,
+    ) -> None:
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        key = _key(tenant, requester_uuid, session_id)
+        async with self._lock:
+            current = self._rows.get(key)
+            if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
+                del self._rows[key]
+
+
+class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
+    """``ChatStreamRecordingStore`` in this process's memory.
+
+    The epoch fence and the write happen under one ``asyncio.Lock``; records are
+    copied in and out.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._records: dict[_Key, RecordedStreamEvent] = {}
+
+    async def put(
+        self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
+    ) -> None:
+        """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
+        key = _key(tenant, requester_uuid, session_id)
+        async with self._lock:
+            current = self._records.get(key)
+            if current is not None and event.epoch < current.epoch:
+                raise RecordingFencedError(
+                    f"recording is at epoch {current.epoch}; "
+                    f"a write at epoch {event.epoch} is fenced"
+                )
+            self._records[key] = event.model_copy(deep=True)
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> RecordedStreamEvent | None:
+        """A copy of the stored record, or None."""
+        async with self._lock:
+            current = self._records.get(_key(tenant, requester_uuid, session_id))
+            return None if current is None else current.model_copy(deep=True)
+
+    async def delete(
+        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
+    ) -> None:
+        """Remove the record iff it still belongs to ``message_id``."""
+        key = _key(tenant, requester_uuid, session_id)
+        async with self._lock:
+            current = self._records.get(key)
+            if current is not None and current.message_id == message_id:
+                del self._records[key]

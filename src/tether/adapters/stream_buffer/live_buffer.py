@@ -1,0 +1,94 @@
+"""The producing replica's in-memory stream: one turn's events, fanned out to any readers.
+
+The producer appends every cumulative message; readers iterate from any index
+and wait for more. The producer never waits for readers, so a turn runs to its
+end whether or not anyone is reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from tether.domain.chat_message import ChatMessage
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One SSE ``new_message``: the whole answer so far, at its stream index."""
+
+    index: int
+    message: ChatMessage
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """How a stream ended, as readers are told.
+
+    ``reason`` is ``done`` (a clean close), ``errored``, ``cancelled``, ``dead``
+    (the producer stopped here; resume elsewhere) or ``gone`` (another producer
+    owns the turn now; ask the status). ``error_code`` and ``error_message`` are
+    set for ``errored``.
+    """
+
+    reason: str
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+class ChatStreamBuffer:
+    """Append-only events of one turn, starting at ``first_index``.
+
+    A resumed turn starts at the index after the last recorded one, so event ids
+    never repeat across a takeover.
+    """
+
+    def __init__(self, first_index: int = 0) -> None:
+        self.first_index = first_index
+        self._events: list[StreamEvent] = []
+        self._end: StreamEnd | None = None
+        self._changed = asyncio.Event()
+
+    @property
+    def next_index(self) -> int:
+        return self.first_index + len(self._events)
+
+    @property
+    def latest(self) -> StreamEvent | None:
+        return self._events[-1] if self._events else None
+
+    @property
+    def end(self) -> StreamEnd | None:
+        return self._end
+
+    def publish(self, message: ChatMessage) -> StreamEvent:
+        if self._end is not None:
+            raise RuntimeError("publish after the stream ended")
+        event = StreamEvent(self.next_index, message)
+        self._events.append(event)
+        self._wake()
+        return event
+
+    def close(self, end: StreamEnd) -> None:
+        """End the stream; the first close wins (a late fence cannot rewrite a verdict)."""
+        if self._end is None:
+            self._end = end
+            self._wake()
+
+    def _wake(self) -> None:
+        # Swap in a fresh Event so every waiter wakes once per change.
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def follow(self, start_index: int = 0) -> AsyncIterator[StreamEvent | StreamEnd]:
+        """Every event from ``start_index`` on (clamped to what exists), then the end."""
+        position = max(start_index, self.first_index) - self.first_index
+        while True:
+            while position < len(self._events):
+                yield self._events[position]
+                position += 1
+            if self._end is not None:
+                yield self._end
+                return
+            await self._changed.wait()

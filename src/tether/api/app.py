@@ -1,0 +1,85 @@
+"""``setup_app``: the FastAPI application, wired with whichever stores are given."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from tether.api.body_limit import BodySizeLimitMiddleware
+from tether.api.routers import chat, probes
+from tether.domain.agent_registries import AgentRegistriesFactory
+from tether.domain.chat_agent_state_store import ChatAgentStateStore
+from tether.domain.chat_conversation_store import ChatConversationStore
+from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore
+from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
+from tether.domain.message_bus import MessageBus
+from tether.handlers.chat_handler import ChatHandler, utc_now
+from tether.handlers.errors import TurnRequestError
+from tether.handlers.turn_stores import TurnStores
+from tether.settings import TetherSettings
+
+logger = logging.getLogger(__name__)
+
+
+def setup_app(
+    agent_registries_factory: AgentRegistriesFactory,
+    agent_state_store: ChatAgentStateStore | None = None,
+    chat_stream_recording_store: ChatStreamRecordingStore | None = None,
+    chat_stream_supervision_store: ChatStreamSupervisionStore | None = None,
+    chat_conversation_store: ChatConversationStore | None = None,
+    mcp_oauth_store: Any | None = None,
+    mcp_oauth_token_client: Any | None = None,
+    *,
+    settings: TetherSettings | None = None,
+    message_bus: MessageBus | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    title: str = "tether",
+) -> FastAPI:
+    """Build the API server. Every store is optional and unlocks its own layer:
+
+    - ``agent_state_store``: stateful turns and resume after a producer dies;
+    - ``chat_stream_recording_store``: attach from any replica, second screens;
+    - ``chat_stream_supervision_store``: status, the 409 mutex, dead-producer
+      verdicts, fencing;
+    - ``chat_conversation_store``: durable, listable transcripts;
+    - ``mcp_oauth_store`` with ``mcp_oauth_token_client``: MCP servers that need
+      the user's OAuth authorization.
+    """
+    settings = settings or TetherSettings()
+    bus = message_bus or MessageBus()
+    stores = TurnStores(
+        agent_state=agent_state_store,
+        recording=chat_stream_recording_store,
+        supervision=chat_stream_supervision_store,
+        conversation=chat_conversation_store,
+    )
+    handler = ChatHandler(agent_registries_factory, stores, settings, bus, clock)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await handler.shutdown()
+
+    app = FastAPI(title=title, lifespan=lifespan)
+    app.state.chat_handler = handler
+    app.state.settings = settings
+    app.state.message_bus = bus
+    app.state.stores = stores
+    app.state.mcp_oauth_store = mcp_oauth_store
+    app.state.mcp_oauth_token_client = mcp_oauth_token_client
+    app.state.draining = False
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(TurnRequestError)
+    async def turn_request_error(request: Request, error: TurnRequestError) -> JSONResponse:
+        return JSONResponse(error.body(), status_code=error.status_code)
+
+    app.include_router(chat.router)
+    app.include_router(probes.router)
+    return app

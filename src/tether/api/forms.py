@@ -1,0 +1,40 @@
+"""Request and response bodies of the HTTP API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.api.ids import ID_PATTERN, MAX_ID_LENGTH
+from tether.domain.chat_message import ChatMessage, ConversationContext
+
+
+class ChatResponseForm(BaseModel):
+    """The body of a turn. The server assigns the turn's ``message_id``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_identifier: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+    conversation: list[ChatMessage] = Field(default_factory=list)
+    conversation_context: ConversationContext | None = None
+    bot_params: dict[str, Any] | None = None
+    stateful: bool = False
+    session_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN
+    )
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+    detail: str | None = None
+    message_id: str | None = None
+
+
+class StreamStatusBody(BaseModel):
+    session_id: str
+    message_id: str
+    status: str = Field(description="running, done, errored, cancelled or dead")
+    epoch: int
+    heartbeat_at: str | None = None

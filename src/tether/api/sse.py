@@ -1,0 +1,67 @@
+"""SSE framing of a turn (design §3).
+
+Each event is ``event: new_message`` with ``id: <message_id>:<index>`` and the
+whole cumulative ChatMessage as data. A stream that ends any other way than a
+clean live close says why in ``event: stream_status``; errors after the 201 are
+``event: error`` with a code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from sse_starlette import ServerSentEvent
+
+from tether.adapters.stream_buffer.live_buffer import StreamEnd, StreamEvent
+
+
+def parse_last_event_id(value: str | None, message_id: str) -> int | None:
+    """The index to start after, from a ``Last-Event-ID`` of this turn (else None)."""
+    if not value:
+        return None
+    turn, _, index = value.rpartition(":")
+    if turn != message_id or not index.isdigit():
+        return None
+    return int(index) + 1
+
+
+def message_event(message_id: str, event: StreamEvent) -> ServerSentEvent:
+    return ServerSentEvent(
+        data=event.message.model_dump_json(exclude_none=True),
+        event="new_message",
+        id=f"{message_id}:{event.index}",
+    )
+
+
+def end_events(end: StreamEnd, *, live: bool) -> list[ServerSentEvent]:
+    """What closes a stream: nothing for a clean live close, else the verdict."""
+    events: list[ServerSentEvent] = []
+    if end.reason == "errored":
+        events.append(
+            ServerSentEvent(
+                data=json.dumps({"code": end.error_code, "message": end.error_message}),
+                event="error",
+            )
+        )
+    if not (live and end.reason == "done"):
+        events.append(
+            ServerSentEvent(data=json.dumps({"reason": end.reason}), event="stream_status")
+        )
+    return events
+
+
+async def frame(
+    message_id: str, source: AsyncIterator[StreamEvent | StreamEnd], *, live: bool
+) -> AsyncIterator[ServerSentEvent]:
+    async for item in source:
+        if isinstance(item, StreamEvent):
+            yield message_event(message_id, item)
+        else:
+            for event in end_events(item, live=live):
+                yield event
+            return
+
+
+def error_event(code: str, message: str) -> ServerSentEvent:
+    return ServerSentEvent(data=json.dumps({"code": code, "message": message}), event="error")

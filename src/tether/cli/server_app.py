@@ -1,0 +1,41 @@
+"""The app ``tether serve`` runs: a project's agents wired with the chosen stores."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from fastapi import FastAPI
+
+from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
+from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
+from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
+from tether.api.app import setup_app
+from tether.cli.load_chat_agent_factory import from_string, project_paths
+from tether.settings import TetherSettings
+from tether.stores import StoreBundle
+
+
+def example_project_dir() -> Path:
+    """The bundled example project (agents ``assistant`` and ``long-writer``)."""
+    return Path(str(resources.files("tether") / "examples"))
+
+
+def build_app(
+    project_dir: Path | None,
+    *,
+    stores: StoreBundle | None = None,
+    settings: TetherSettings | None = None,
+) -> FastAPI:
+    project = project_dir or example_project_dir()
+    agents_dir, setups_file, secrets_file = project_paths(project)
+    registry = from_string(str(agents_dir))
+    factory = LocalAgentRegistriesFactory(
+        agent_setup_retriever=AgentSetupRetrieverFromFile(
+            file_path=str(setups_file), secret_file_path=str(secrets_file)
+        ),
+        chat_agent_class_registry=registry,
+        agent_dependency_registry=AgentDependencyRegistry,
+    )
+    bundle = stores or StoreBundle()
+    return setup_app(agent_registries_factory=factory, settings=settings, **bundle.setup_kwargs())

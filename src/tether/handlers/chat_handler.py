@@ -1,0 +1,431 @@
+"""The chat handler: starts, resumes, cancels and reports turns on this replica.
+
+It does everything that can fail *before* a stream exists (unknown agent,
+missing store, busy conversation, not the owner), so that the API answers those
+as HTTP statuses; then it hands the turn to a ``Turn`` that runs on its own,
+whether or not anyone reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from tether.adapters.stream_buffer.follower import RecordingFollower
+from tether.adapters.stream_buffer.lease import (
+    ClaimRefusedError,
+    ConversationKey,
+    Lease,
+    claim,
+)
+from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
+from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
+from tether.domain.agent_setup import AgentSetup
+from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_request import ChatRequest
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.domain.message_bus import MessageBus
+from tether.domain.turn_context import TurnContext
+from tether.handlers.errors import (
+    BotParamsError,
+    ConversationBusyError,
+    NotOwnerError,
+    StorageNotConfiguredError,
+    TurnGoneError,
+    TurnNotFoundError,
+    TurnRequestError,
+    UnknownAgentError,
+)
+from tether.handlers.turn import Turn
+from tether.handlers.turn_stores import TurnStores
+from tether.settings import TetherSettings
+
+logger = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class TurnStatus:
+    """The answer to ``GET /chat/stream/status``."""
+
+    message_id: str
+    status: str  # running | done | errored | cancelled | dead
+    epoch: int
+    heartbeat_at: datetime | None
+
+
+_VERDICTS = {
+    ChatStreamStatus.DONE: "done",
+    ChatStreamStatus.ERRORED: "errored",
+    ChatStreamStatus.CANCELLED: "cancelled",
+}
+
+
+class ChatHandler:
+    def __init__(
+        self,
+        registries: AgentRegistriesFactory,
+        stores: TurnStores,
+        settings: TetherSettings,
+        bus: MessageBus,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.registries = registries
+        self.stores = stores
+        self.settings = settings
+        self.bus = bus
+        self.clock = clock
+        self._turns: dict[str, Turn] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def dead_after(self) -> timedelta:
+        return timedelta(seconds=self.settings.dead_after)
+
+    # ------------------------------------------------------------ starting
+
+    async def start_turn(
+        self, request: ChatRequest, *, resume_message_id: str | None = None
+    ) -> Turn:
+        setup = await self._checked_setup(request)
+        resuming = resume_message_id is not None
+        if request.stateful:
+            if not request.session_id:
+                raise TurnRequestError("a stateful turn needs a session_id")
+            if self.stores.agent_state is None:
+                raise StorageNotConfiguredError(
+                    "stateful turns need an agent state store; this server has none"
+                )
+        elif resuming:
+            raise TurnRequestError("resume needs stateful=true and a session_id")
+        if resuming and self.stores.supervision is None:
+            raise StorageNotConfiguredError(
+                "resume needs a supervision store to tell a dead producer from a live one"
+            )
+        if not resuming and (
+            not request.conversation
+            or request.conversation[-1].sender is not ChatMessageSender.USER
+        ):
+            raise TurnRequestError("the conversation must end with the user's new message")
+
+        message_id = resume_message_id or uuid.uuid4().hex
+        requester = normalize_owner(request.request_headers.requester_uuid)
+        context = TurnContext(
+            tenant=request.tenant,
+            requester_uuid=requester,
+            session_id=request.session_id,
+            message_id=message_id,
+            agent_identifier=request.agent_identifier,
+            stateful=request.stateful,
+            resuming=resuming,
+        )
+        lease = await self._claim(context) if request.stateful else None
+        try:
+            first_index = await self._first_index(context) if resuming else 0
+            if request.stateful and not resuming:
+                await self._record_user_message(request, context)
+        except BaseException:
+            if lease is not None:
+                with contextlib.suppress(Exception):
+                    await lease.release()
+            raise
+        turn = Turn(
+            request=request,
+            setup=setup,
+            context=context,
+            registries=self.registries,
+            stores=self.stores,
+            settings=self.settings,
+            bus=self.bus,
+            clock=self.clock,
+            lease=lease,
+            buffer=ChatStreamBuffer(first_index),
+        )
+        self._turns[message_id] = turn
+        task = turn.start()
+        task.add_done_callback(lambda _: self._after_turn(turn))
+        return turn
+
+    async def _checked_setup(self, request: ChatRequest) -> AgentSetup:
+        setup = await self.registries.get_setup(request.agent_identifier)
+        if setup is None:
+            raise UnknownAgentError(f"no agent is set up as {request.agent_identifier!r}")
+        try:
+            self.registries.check_bot_params(setup, request.bot_params)
+        except BotParamsRejectedError as error:
+            raise BotParamsError(str(error)) from error
+        return setup
+
+    def _key(self, tenant: str, requester_uuid: str | None, session_id: str) -> ConversationKey:
+        return ConversationKey(tenant, normalize_owner(requester_uuid), session_id)
+
+    async def _claim(self, context: TurnContext) -> Lease | None:
+        store = self.stores.supervision
+        if store is None:
+            return None
+        key = self._key(context.tenant, context.requester_uuid, context.session_id or "")
+        takeover = context.message_id if context.resuming else None
+        if takeover is not None:
+            await self._check_resumable(key, takeover)
+        try:
+            return await claim(
+                store, key, context.message_id, self.clock, self.dead_after, takeover_of=takeover
+            )
+        except ClaimRefusedError as refused:
+            occupant = refused.occupant
+            if occupant is None:
+                raise TurnGoneError("the turn to resume no longer exists") from refused
+            raise ConversationBusyError(
+                f"the conversation is busy with turn {occupant.message_id}",
+                message_id=occupant.message_id,
+            ) from refused
+
+    async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
+        """Resume takes over only a dead turn: live is 409, finished or replaced is 410."""
+        assert self.stores.supervision is not None
+        row = await self.stores.supervision.read(key.tenant, key.requester_uuid, key.session_id)
+        if row is None or row.message_id != message_id:
+            raise TurnGoneError(f"turn {message_id} is finished or was replaced by a newer turn")
+        if row.status is not ChatStreamStatus.RUNNING:
+            raise TurnGoneError(f"turn {message_id} is {_VERDICTS[row.status]}; nothing to resume")
+        if row.is_live(self.clock(), self.dead_after):
+            raise ConversationBusyError(
+                f"turn {message_id} is still running; attach to it instead", message_id=message_id
+            )
+
+    async def _first_index(self, context: TurnContext) -> int:
+        """A resumed turn continues the index after the last recorded event."""
+        store = self.stores.recording
+        if store is None:
+            return 0
+        record = await store.read(context.tenant, context.requester_uuid, context.session_id or "")
+        if record is None or record.message_id != context.message_id:
+            return 0
+        return record.index + 1
+
+    async def _record_user_message(self, request: ChatRequest, context: TurnContext) -> None:
+        store = self.stores.conversation
+        if store is None:
+            return
+        user_message = request.conversation[-1].model_copy(
+            update={"session_id": context.session_id, "message_id": f"{context.message_id}-user"}
+        )
+        headers = request.request_headers
+        try:
+            await store.append_messages(
+                context.tenant,
+                context.requester_uuid,
+                context.session_id or "",
+                context.agent_identifier,
+                [user_message],
+                user_roles=headers.user_roles,
+                user_tenants=headers.user_tenants,
+                bot_params=request.bot_params,
+                last_turn_status="running",
+                create_if_absent=True,
+                conversation_context=request.conversation_context,
+            )
+        except ConversationNotOwnedError as error:
+            raise NotOwnerError("only the owner can add to this conversation") from error
+
+    # ---------------------------------------------------- after and cleanup
+
+    def _after_turn(self, turn: Turn) -> None:
+        task = asyncio.get_running_loop().create_task(self._clean_up_later(turn))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _clean_up_later(self, turn: Turn) -> None:
+        """Keep a finished turn attachable for the grace period, then remove its
+        rows (guarded: a newer turn's rows are left alone) and forget it."""
+        await asyncio.sleep(self.settings.finished_turn_grace)
+        self._turns.pop(turn.message_id, None)
+        if turn.lease is None or turn.lease.lost:
+            return
+        ctx = turn.context
+        with contextlib.suppress(Exception):
+            if self.stores.recording is not None:
+                await self.stores.recording.delete(
+                    ctx.tenant, ctx.requester_uuid, ctx.session_id or "", turn.message_id
+                )
+            await turn.lease.release()
+
+    def local_turn(self, message_id: str) -> Turn | None:
+        return self._turns.get(message_id)
+
+    async def attach(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str | None,
+        message_id: str,
+        start_index: int,
+    ) -> tuple[AsyncIterator[StreamEvent | StreamEnd], bool]:
+        """The turn's events from ``start_index``: from the live buffer when this
+        replica produces it, else by following the recording from the stores.
+        The flag says whether the source is the live buffer."""
+        requester = normalize_owner(requester_uuid)
+        local = self._turns.get(message_id)
+        if local is not None and (local.context.tenant, local.context.requester_uuid) == (
+            tenant,
+            requester,
+        ):
+            return local.buffer.follow(start_index), True
+        recording, supervision = self.stores.recording, self.stores.supervision
+        if not session_id or recording is None or supervision is None:
+            raise TurnNotFoundError(
+                f"turn {message_id} is not running on this server"
+                + ("" if session_id else "; pass its session_id to follow it from another")
+            )
+        key = self._key(tenant, requester, session_id)
+        row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+        if row is None or row.message_id != message_id:
+            raise TurnGoneError(f"turn {message_id} is finished and cleaned up, or never existed")
+        follower = RecordingFollower(
+            recording,
+            supervision,
+            key,
+            message_id,
+            clock=self.clock,
+            dead_after=self.dead_after,
+            poll_interval=self.settings.follower_poll_interval,
+            pace_interval=self.settings.follower_pace_interval,
+            flush_interval=self.settings.recording_flush_interval,
+        )
+        return follower.follow(start_index), False
+
+    # --------------------------------------------------- status and cancel
+
+    async def status(self, tenant: str, requester_uuid: str | None, session_id: str) -> TurnStatus:
+        store = self.stores.supervision
+        if store is not None:
+            key = self._key(tenant, requester_uuid, session_id)
+            row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+            if row is not None:
+                return TurnStatus(row.message_id, self._verdict(row), row.epoch, row.heartbeat_at)
+        # Without a supervision store only this replica's own turns can be known.
+        for turn in reversed(list(self._turns.values())):
+            ctx = turn.context
+            if (ctx.tenant, ctx.requester_uuid, ctx.session_id) == (
+                tenant,
+                normalize_owner(requester_uuid),
+                session_id,
+            ):
+                end = turn.buffer.end
+                return TurnStatus(turn.message_id, end.reason if end else "running", 0, None)
+        raise TurnNotFoundError(f"no turn is known for conversation {session_id!r}")
+
+    def _verdict(self, row: ChatStreamSupervision) -> str:
+        if row.status is ChatStreamStatus.RUNNING:
+            return "dead" if row.is_dead(self.clock(), self.dead_after) else "running"
+        return _VERDICTS[row.status]
+
+    async def cancel(
+        self, tenant: str, requester_uuid: str | None, session_id: str | None, message_id: str
+    ) -> None:
+        """Cancel a turn from any replica: taking the lease fences its producer."""
+        local = self._turns.get(message_id)
+        store = self.stores.supervision
+        if store is None or (local is not None and local.lease is None):
+            if local is None:
+                raise TurnNotFoundError(f"turn {message_id} is not running on this server")
+            if local.buffer.end is not None:
+                raise TurnGoneError(f"turn {message_id} already ended ({local.buffer.end.reason})")
+            local.stop(StreamEnd("cancelled"))
+            return
+        if not session_id:
+            raise TurnRequestError("cancelling a stateful turn needs its session_id")
+        key = self._key(tenant, requester_uuid, session_id)
+        row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+        if row is None or row.message_id != message_id:
+            raise TurnNotFoundError(f"turn {message_id} is not the conversation's current turn")
+        if row.status is not ChatStreamStatus.RUNNING:
+            raise TurnGoneError(f"turn {message_id} already ended ({_VERDICTS[row.status]})")
+        cancelled = ChatStreamSupervision(
+            status=ChatStreamStatus.CANCELLED,
+            heartbeat_at=self.clock(),
+            message_id=message_id,
+            epoch=row.epoch + 1,
+        )
+        if not await store.compare_and_swap(
+            key.tenant, key.requester_uuid, key.session_id, row.epoch, cancelled
+        ):
+            raise ConversationBusyError(
+                f"turn {message_id} changed hands while cancelling; try again",
+                message_id=message_id,
+            )
+        if local is not None:
+            local.stop(StreamEnd("cancelled"))
+        await self._keep_partial_answer(key, message_id, local)
+        self._forget_later(key, message_id, cancelled.epoch)
+
+    async def _keep_partial_answer(
+        self, key: ConversationKey, message_id: str, local: Turn | None
+    ) -> None:
+        conversations = self.stores.conversation
+        if conversations is None:
+            return
+        partial: ChatMessage | None = None
+        if local is not None and local.buffer.latest is not None:
+            partial = local.buffer.latest.message
+        elif self.stores.recording is not None:
+            record = await self.stores.recording.read(
+                key.tenant, key.requester_uuid, key.session_id
+            )
+            if record is not None and record.message_id == message_id:
+                partial = record.message
+        if partial is not None:
+            await conversations.append_messages(
+                key.tenant,
+                key.requester_uuid,
+                key.session_id,
+                local.context.agent_identifier if local else "",
+                [partial],
+                last_turn_status="cancelled",
+                create_if_absent=False,
+            )
+        else:
+            await conversations.set_last_turn_status(
+                key.tenant, key.requester_uuid, key.session_id, "cancelled"
+            )
+
+    def _forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
+        async def forget() -> None:
+            await asyncio.sleep(self.settings.finished_turn_grace)
+            with contextlib.suppress(Exception):
+                if self.stores.recording is not None:
+                    await self.stores.recording.delete(
+                        key.tenant, key.requester_uuid, key.session_id, message_id
+                    )
+                if self.stores.supervision is not None:
+                    await self.stores.supervision.delete(
+                        key.tenant, key.requester_uuid, key.session_id, message_id, epoch
+                    )
+
+        task = asyncio.get_running_loop().create_task(forget())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # ------------------------------------------------------------ shutdown
+
+    async def shutdown(self) -> None:
+        """Stop every local turn and background task (the process is exiting)."""
+        tasks: list[asyncio.Task[None]] = [*self._background]
+        for turn in self._turns.values():
+            if turn.task is not None and not turn.task.done():
+                turn.stop(StreamEnd("dead"))
+                tasks.append(turn.task)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

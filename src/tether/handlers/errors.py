@@ -1,0 +1,63 @@
+"""Why a turn cannot start (or be attached to, resumed, cancelled), as the client hears it.
+
+Each error carries its HTTP status and a stable code; the API answers them
+before any stream starts, so a client never gets a 201 for a turn that failed
+a check.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TurnRequestError(Exception):
+    status_code = 400
+    code = "BAD_REQUEST"
+
+    def __init__(self, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "detail": self.message, **self.extra}
+
+
+class UnknownAgentError(TurnRequestError):
+    status_code = 404
+    code = "UNKNOWN_AGENT"
+
+
+class StorageNotConfiguredError(TurnRequestError):
+    status_code = 400
+    code = "AGENTS_STORAGE_NOT_CONFIGURED"
+
+
+class BotParamsError(TurnRequestError):
+    status_code = 400
+    code = "BOT_PARAMS_REJECTED"
+
+
+class NotOwnerError(TurnRequestError):
+    status_code = 403
+    code = "CONVERSATION_NOT_OWNED"
+
+
+class ConversationBusyError(TurnRequestError):
+    status_code = 409
+    code = "CONVERSATION_BUSY"
+
+
+class TurnNotFoundError(TurnRequestError):
+    status_code = 404
+    code = "TURN_NOT_FOUND"
+
+
+class TurnGoneError(TurnRequestError):
+    status_code = 410
+    code = "TURN_GONE"
+
+
+class NotImplementedByStoreError(TurnRequestError):
+    status_code = 501
+    code = "NOT_IMPLEMENTED_BY_STORE"

@@ -1,0 +1,120 @@
+"""Choose every store from one URL: ``tether.stores.from_url("file://.tether")``.
+
+One place decides which backend serves which store, for ``tether serve
+--store URL`` and for code that calls ``setup_app(**bundle.setup_kwargs())``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from tether.domain.chat_agent_state_store import ChatAgentStateStore
+from tether.domain.chat_conversation_store import ChatConversationStore
+from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore
+from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
+
+STORE_NAMES = ("state", "recording", "supervision", "conversation")
+
+
+class StoreURLError(ValueError):
+    """A store URL that names no known backend or cannot be used."""
+
+
+@dataclass(frozen=True)
+class StoreBundle:
+    """The four stores a server runs with; any of them may be None (layer off)."""
+
+    agent_state_store: ChatAgentStateStore | None = None
+    chat_stream_recording_store: ChatStreamRecordingStore | None = None
+    chat_stream_supervision_store: ChatStreamSupervisionStore | None = None
+    chat_conversation_store: ChatConversationStore | None = None
+
+    def setup_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``setup_app``."""
+        return {
+            "agent_state_store": self.agent_state_store,
+            "chat_stream_recording_store": self.chat_stream_recording_store,
+            "chat_stream_supervision_store": self.chat_stream_supervision_store,
+            "chat_conversation_store": self.chat_conversation_store,
+        }
+
+    def without(self, names: Iterable[str]) -> StoreBundle:
+        """The same bundle with the named stores (see ``STORE_NAMES``) left out."""
+        fields = {
+            "state": "agent_state_store",
+            "recording": "chat_stream_recording_store",
+            "supervision": "chat_stream_supervision_store",
+            "conversation": "chat_conversation_store",
+        }
+        dropped: dict[str, None] = {}
+        for name in names:
+            if name not in fields:
+                raise StoreURLError(f"unknown store {name!r}; the stores are {', '.join(fields)}")
+            dropped[fields[name]] = None
+        return replace(self, **dropped)
+
+
+def from_url(url: str) -> StoreBundle:
+    """Every store a backend can serve, for ``url``.
+
+    - ``file://DIR`` (relative or absolute): file-backed stores under DIR, correct
+      for any number of processes sharing the directory.
+    - ``memory://``: in-memory stores, for one process (tests, demos).
+    """
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return _file_stores(parts.netloc + parts.path)
+    if parts.scheme == "memory":
+        return _memory_stores()
+    raise StoreURLError(
+        f"store URL {url!r}: unknown scheme {parts.scheme!r} (use file:// or memory://)"
+    )
+
+
+def _file_stores(directory: str) -> StoreBundle:
+    from tether.adapters.agent_state import LocalFileChatAgentStateStore
+    from tether.adapters.conversation import LocalFileChatConversationStore
+    from tether.adapters.stream_buffer import (
+        LocalFileChatStreamRecordingStore,
+        LocalFileChatStreamSupervisionStore,
+    )
+
+    if not directory:
+        raise StoreURLError("file:// store URL needs a directory, as in file://.tether")
+    base = os.path.abspath(directory)
+    try:
+        os.makedirs(base, exist_ok=True)
+    except OSError as error:
+        raise StoreURLError(f"store URL file://{directory}: cannot use {base}: {error}") from error
+    return StoreBundle(
+        agent_state_store=LocalFileChatAgentStateStore(base_path=os.path.join(base, "state")),
+        chat_stream_recording_store=LocalFileChatStreamRecordingStore(
+            base_path=os.path.join(base, "recording")
+        ),
+        chat_stream_supervision_store=LocalFileChatStreamSupervisionStore(
+            base_path=os.path.join(base, "supervision")
+        ),
+        chat_conversation_store=LocalFileChatConversationStore(
+            base_path=os.path.join(base, "conversations")
+        ),
+    )
+
+
+def _memory_stores() -> StoreBundle:
+    from tether.adapters.agent_state import InMemoryChatAgentStateStore
+    from tether.adapters.conversation import InMemoryChatConversationStore
+    from tether.adapters.stream_buffer import (
+        InMemoryChatStreamRecordingStore,
+        InMemoryChatStreamSupervisionStore,
+    )
+
+    return StoreBundle(
+        agent_state_store=InMemoryChatAgentStateStore(),
+        chat_stream_recording_store=InMemoryChatStreamRecordingStore(),
+        chat_stream_supervision_store=InMemoryChatStreamSupervisionStore(),
+        chat_conversation_store=InMemoryChatConversationStore(),
+    )

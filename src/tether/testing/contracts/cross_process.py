@@ -1,0 +1,234 @@
+"""Atomicity across processes: for backends that several server processes share.
+
+Run these only for a backend whose rows other processes see (files on one disk,
+a database), never for an in-memory store. The subclass provides a *picklable*
+zero-argument factory (a top-level class or function, or a ``functools.partial``
+of one); each child process, started with ``multiprocessing``'s ``spawn``
+method, builds its own store from it::
+
+    import functools
+    import pytest
+    from tether.testing.contracts import (
+        ChatStreamRecordingCrossProcessContract,
+        ChatStreamSupervisionCrossProcessContract,
+    )
+
+    class TestMyStoresAcrossProcesses(
+        ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
+    ):
+        @pytest.fixture
+        def supervision_store_factory(self):
+            return functools.partial(MySupervisionStore, "postgresql://...")
+
+        @pytest.fixture
+        def recording_store_factory(self):
+            return functools.partial(MyRecordingStore, "postgresql://...")
+
+Children import the factory's module, so it must be importable in a fresh
+interpreter (a test module inside a package, or your library).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import queue
+import traceback
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from multiprocessing.queues import Queue
+from typing import Any, ClassVar
+
+import pytest
+
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingFencedError
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.testing.contracts._support import PrivateLoop, StoreFactory, open_store, unique
+
+_Key = tuple[str, str, str]
+_TIMEOUT = 120.0
+
+
+class ChatStreamSupervisionCrossProcessContract:
+    """Processes racing compare-and-swap: each epoch has exactly one claimant."""
+
+    processes: ClassVar[int] = 4
+    epochs: ClassVar[int] = 40
+
+    @pytest.fixture
+    def supervision_store_factory(self) -> StoreFactory:
+        """Override: a picklable factory of the shared supervision store."""
+        raise NotImplementedError("override `supervision_store_factory`")
+
+    def test_processes_racing_compare_and_swap_have_one_winner_per_epoch(
+        self, supervision_store_factory: StoreFactory
+    ) -> None:
+        key = (unique("tenant"), "racer", "session")
+        names = [f"process-{number}" for number in range(self.processes)]
+        results = _run_in_processes(
+            _race_compare_and_swap,
+            [(supervision_store_factory, key, self.epochs, n) for n in names],
+        )
+        claimants: dict[int, list[str]] = {}
+        for name, won in zip(names, results, strict=True):
+            for epoch in won:
+                claimants.setdefault(epoch, []).append(name)
+        assert sorted(claimants) == list(range(1, self.epochs + 1))
+        doubles = {epoch: who for epoch, who in claimants.items() if len(who) != 1}
+        assert not doubles, f"epochs claimed by more than one process: {doubles}"
+        loop = PrivateLoop()
+        try:
+            final = loop.run(loop.open(supervision_store_factory).read(*key))
+        finally:
+            loop.close()
+        assert final is not None and final.epoch == self.epochs
+        assert final.message_id == f"{claimants[self.epochs][0]}:{self.epochs}"
+
+
+class ChatStreamRecordingCrossProcessContract:
+    """Processes racing puts at different epochs: the highest epoch's last put stays."""
+
+    processes: ClassVar[int] = 4
+    puts: ClassVar[int] = 40
+
+    @pytest.fixture
+    def recording_store_factory(self) -> StoreFactory:
+        """Override: a picklable factory of the shared recording store."""
+        raise NotImplementedError("override `recording_store_factory`")
+
+    def test_processes_racing_puts_leave_the_highest_epoch(
+        self, recording_store_factory: StoreFactory
+    ) -> None:
+        key = (unique("tenant"), "racer", "session")
+        epochs = list(range(1, self.processes + 1))
+        results = _run_in_processes(
+            _race_puts, [(recording_store_factory, key, epoch, self.puts) for epoch in epochs]
+        )
+        for epoch, (outcomes, seen) in zip(epochs, results, strict=True):
+            # Once epoch e is stored nothing lower is accepted, so no process may
+            # ever read an epoch lower than one it read (or wrote) before.
+            assert seen == sorted(seen), f"epoch {epoch} saw the recording regress: {seen}"
+            assert -1 not in seen, f"epoch {epoch} saw the recording vanish: {seen}"
+            first_fence = outcomes.index(False) if False in outcomes else len(outcomes)
+            assert not any(outcomes[first_fence:]), (
+                f"epoch {epoch} wrote again after being fenced: {outcomes}"
+            )
+        assert all(results[-1][0]), "the highest epoch must never be fenced"
+        loop = PrivateLoop()
+        try:
+            final = loop.run(loop.open(recording_store_factory).read(*key))
+        finally:
+            loop.close()
+        assert final == _event(max(epochs), self.puts - 1)
+
+
+def _event(epoch: int, index: int) -> RecordedStreamEvent:
+    return RecordedStreamEvent(
+        index=index,
+        message=ChatMessage(sender=ChatMessageSender.BOT, content=f"epoch {epoch} up to {index}"),
+        message_id=f"m-{epoch}",
+        epoch=epoch,
+    )
+
+
+def _run_in_processes(target: Callable[..., Any], arguments: list[tuple[Any, ...]]) -> list[Any]:
+    """Run ``target(*args, barrier)`` in one spawned process per ``args``; their results."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(len(arguments))
+    results: Queue[tuple[int, bool, Any]] = context.Queue()
+    processes = [
+        context.Process(target=_child, args=(number, target, args, barrier, results), daemon=True)
+        for number, args in enumerate(arguments)
+    ]
+    for process in processes:
+        process.start()
+    collected: dict[int, Any] = {}
+    failure: str | None = None
+    try:
+        while len(collected) < len(processes) and failure is None:
+            try:
+                number, ok, value = results.get(timeout=_TIMEOUT)
+            except queue.Empty:
+                failure = f"a racing process sent no result within {_TIMEOUT} s"
+            else:
+                if ok:
+                    collected[number] = value
+                else:
+                    failure = f"racing process {number} failed:\n{value}"
+    finally:
+        if failure is not None:
+            barrier.abort()  # release the others instead of letting them wait out the timeout
+        for process in processes:
+            process.join(timeout=5 if failure else _TIMEOUT)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        results.close()
+        results.join_thread()
+    if failure is not None:
+        pytest.fail(failure)
+    return [collected[number] for number in range(len(arguments))]
+
+
+def _child(
+    number: int,
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
+    barrier: Any,
+    results: Queue[tuple[int, bool, Any]],
+) -> None:
+    try:
+        results.put((number, True, asyncio.run(target(*args, barrier))))
+    except BaseException:
+        barrier.abort()
+        results.put((number, False, traceback.format_exc()))
+
+
+async def _race_compare_and_swap(
+    factory: StoreFactory, key: _Key, epochs: int, name: str, barrier: Any
+) -> list[int]:
+    """Read the row and try to take the next epoch, until epoch ``epochs`` exists."""
+    won: list[int] = []
+    async with AsyncExitStack() as stack:
+        store = await open_store(factory, stack)
+        await asyncio.to_thread(barrier.wait, _TIMEOUT)
+        while True:
+            row = await store.read(*key)
+            current = 0 if row is None else row.epoch
+            if current >= epochs:
+                return won
+            claim = ChatStreamSupervision(
+                status=ChatStreamStatus.RUNNING,
+                heartbeat_at=datetime.now(UTC),
+                message_id=f"{name}:{current + 1}",
+                epoch=current + 1,
+            )
+            expected = None if row is None else row.epoch
+            if await store.compare_and_swap(*key, expected, claim):
+                won.append(current + 1)
+
+
+async def _race_puts(
+    factory: StoreFactory, key: _Key, epoch: int, puts: int, barrier: Any
+) -> tuple[list[bool], list[int]]:
+    """Put ``puts`` growing events at ``epoch``, reading back after each one.
+
+    Returns whether each put was accepted, and the epoch of every read.
+    """
+    outcomes: list[bool] = []
+    seen: list[int] = []
+    async with AsyncExitStack() as stack:
+        store = await open_store(factory, stack)
+        await asyncio.to_thread(barrier.wait, _TIMEOUT)
+        for index in range(puts):
+            try:
+                await store.put(*key, _event(epoch, index))
+            except RecordingFencedError:
+                outcomes.append(False)
+            else:
+                outcomes.append(True)
+            stored = await store.read(*key)
+            seen.append(-1 if stored is None else stored.epoch)
+    return outcomes, seen

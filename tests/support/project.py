@@ -1,0 +1,45 @@
+"""Build a project directory for a real-process test, with the pacing it needs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+TEMPLATE = Path(__file__).parent / "project_template"
+
+
+def make_project(
+    directory: Path,
+    *,
+    chunks_per_second: float = 40,
+    answer_chunks: int = 80,
+    tool_call_after_chunks: int | None = 5,
+    seed: int = 11,
+) -> Path:
+    """A project with agents ``writer`` (long-writer shape) and ``broken``."""
+    shutil.copytree(TEMPLATE, directory, dirs_exist_ok=True)
+    llm = {
+        "seed": seed,
+        "chunks_per_second": chunks_per_second,
+        "chunk_size": 3,
+        "answer_chunks": answer_chunks,
+    }
+    if tool_call_after_chunks is not None:
+        llm["tool_call_after_chunks"] = tool_call_after_chunks
+    setups = [
+        {
+            "agent_identifier": "writer",
+            "agent_name": "writer",
+            "llm_configuration_name": "offline",
+            "agent_configuration": {"llm": llm},
+        },
+        {
+            "agent_identifier": "broken",
+            "agent_name": "broken",
+            "llm_configuration_name": "offline",
+            "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
+        },
+    ]
+    (directory / "agents" / "agent_setups.json").write_text(json.dumps(setups, indent=2))
+    return directory

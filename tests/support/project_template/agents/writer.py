@@ -1,0 +1,74 @@
+"""A long-writer whose calculator counts its executions in a file.
+
+The file (``TETHER_TEST_TOOL_LOG``) lets a test prove, across processes and
+kills, that a completed tool call never ran twice.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+import os
+from collections.abc import AsyncGenerator
+
+from tether.adapters.llm import ChatClient
+from tether.domain.chat_agent import StreamableChatAgent
+from tether.domain.chat_agent_class_registry import ChatAgentClassRegistry
+from tether.domain.chat_message import ChatMessage
+from tether.tools import tool
+
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+def _evaluate(node: ast.AST) -> int:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return int(_OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right)))
+    raise ValueError("only + - * on integers")
+
+
+@tool
+async def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression."""
+    log = os.environ.get("TETHER_TEST_TOOL_LOG")
+    if log:
+        with open(log, "a") as handle:  # noqa: ASYNC230 - a tiny append, in a test tool
+            handle.write(f"{os.getpid()} {expression}\n")
+    return str(_evaluate(ast.parse(expression, mode="eval")))
+
+
+@ChatAgentClassRegistry.register()
+class Writer(StreamableChatAgent):
+    agent_name = "writer"
+
+    def __init__(self, chat_client: ChatClient) -> None:
+        self.chat_client = chat_client
+
+    async def execute_streaming(
+        self, conversation: list[ChatMessage]
+    ) -> AsyncGenerator[ChatMessage, None]:
+        async for message in self.chat_client.stream(conversation, tools=[calculator]):
+            yield message
+
+
+@ChatAgentClassRegistry.register()
+class Broken(StreamableChatAgent):
+    """Streams a little, then fails: for the errored-turn paths."""
+
+    agent_name = "broken"
+
+    def __init__(self, chat_client: ChatClient) -> None:
+        self.chat_client = chat_client
+
+    async def execute_streaming(
+        self, conversation: list[ChatMessage]
+    ) -> AsyncGenerator[ChatMessage, None]:
+        count = 0
+        async for message in self.chat_client.stream(conversation):
+            yield message
+            count += 1
+            if count == 3:
+                raise RuntimeError("the broken agent broke")

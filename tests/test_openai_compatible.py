@@ -1,0 +1,163 @@
+"""OpenAICompatibleChatModel against a real local OpenAI-compatible HTTP server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from itertools import pairwise
+from typing import Any
+
+import httpx2
+import pytest
+
+from tether.adapters.llm import ChatClient, OpenAICompatibleChatModel
+from tether.domain.chat_message import (
+    ChatMessage,
+    ChatMessageSender,
+    ContentPartTool,
+    ToolCallStatus,
+)
+from tether.domain.chat_model import ModelMessage, ModelToolCall, TextDelta, ToolSpec
+from tether.tools import MalformedToolCall, tool
+
+from .support.openai_server import CONTINUATION, OpenAICompatibleServer
+
+
+@pytest.fixture
+def server() -> Iterator[OpenAICompatibleServer]:
+    with OpenAICompatibleServer() as running:
+        yield running
+
+
+def _model(server: OpenAICompatibleServer, **kwargs: Any) -> OpenAICompatibleChatModel:
+    return OpenAICompatibleChatModel(
+        model="test-model", base_url=server.base_url, api_key="test-key", **kwargs
+    )
+
+
+def _tool_parts(message: ChatMessage) -> list[ContentPartTool]:
+    return [p.tool for p in message.content_parts or [] if p.tool is not None]
+
+
+def _calculator(executed: list[str]) -> Any:
+    @tool
+    async def calculator(expression: str) -> int:
+        """Evaluate a product of two integers."""
+        executed.append(expression)
+        left, right = (int(side) for side in expression.split("*"))
+        return left * right
+
+    return calculator
+
+
+async def test_streamed_tool_call_and_text_go_through_the_tool_loop(
+    server: OpenAICompatibleServer,
+) -> None:
+    executed: list[str] = []
+    client = ChatClient(_model(server))
+    conversation = [ChatMessage(sender=ChatMessageSender.USER, content="What is 6 * 7?")]
+    messages = [m async for m in client.stream(conversation, [_calculator(executed)], "Be exact.")]
+    await client.aclose()
+
+    # The arguments arrived in four pieces and were put back together.
+    assert executed == ["6 * 7"]
+    final = messages[-1]
+    [tool_part] = _tool_parts(final)
+    assert tool_part.tool_call_id == "call_abc123"
+    assert (tool_part.name, tool_part.params) == ("calculator", {"expression": "6 * 7"})
+    assert (tool_part.status, tool_part.response) == (ToolCallStatus.COMPLETED, 42)
+    assert final.content == "The calculator result is 42. Done."
+    # Text streamed word by word: the answer grew over several yields.
+    texts = [m.content for m in messages if m.content]
+    assert len(texts) >= 6 and all(b.startswith(a) for a, b in pairwise(texts))
+
+    first, second = server.requests
+    assert first["stream"] is True and first["model"] == "test-model"
+    assert first["messages"] == [
+        {"role": "system", "content": "Be exact."},
+        {"role": "user", "content": "What is 6 * 7?"},
+    ]
+    [offered] = first["tools"]
+    assert offered["type"] == "function"
+    assert offered["function"]["name"] == "calculator"
+    assert offered["function"]["parameters"]["required"] == ["expression"]
+    # The second request carries the assistant's tool call and the tool's result.
+    assistant, result = second["messages"][2:]
+    assert assistant["role"] == "assistant" and assistant["content"] is None
+    [sent_call] = assistant["tool_calls"]
+    assert sent_call["id"] == "call_abc123"
+    assert sent_call["function"]["name"] == "calculator"
+    assert json.loads(sent_call["function"]["arguments"]) == {"expression": "6 * 7"}
+    assert result == {"role": "tool", "tool_call_id": "call_abc123", "content": "42"}
+    assert server.headers[0]["authorization"] == "Bearer test-key"
+
+
+async def test_invalid_json_arguments_become_a_tool_error_the_model_sees(
+    server: OpenAICompatibleServer,
+) -> None:
+    executed: list[str] = []
+    client = ChatClient(_model(server))
+    conversation = [ChatMessage(sender=ChatMessageSender.USER, content="a broken call")]
+    messages = [m async for m in client.stream(conversation, [_calculator(executed)])]
+    await client.aclose()
+
+    assert executed == []
+    [tool_part] = _tool_parts(messages[-1])
+    assert tool_part.status == ToolCallStatus.ERROR
+    assert "not valid JSON" in tool_part.response
+    [result] = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert result["content"].startswith("Error: could not parse the arguments of 'calculator'")
+    assert messages[-1].content.startswith("The calculator result is Error:")
+
+
+async def test_model_events_are_text_deltas_then_assembled_tool_calls(
+    server: OpenAICompatibleServer,
+) -> None:
+    model = _model(server, temperature=0.0)
+    spec = ToolSpec(name="calculator", description="Arithmetic.", parameters={})
+    events = [e async for e in model.stream([ModelMessage(role="user", content="6 * 7?")], [spec])]
+    assert events == [
+        ModelToolCall(id="call_abc123", name="calculator", arguments={"expression": "6 * 7"})
+    ]
+    broken = [e async for e in model.stream([ModelMessage(role="user", content="broken")], [spec])]
+    [call] = broken
+    assert isinstance(call, MalformedToolCall) and call.raw_arguments == '{"expression": "6 * 7"'
+    await model.aclose()
+    assert server.requests[0]["temperature"] == 0.0
+    # A tool without a schema is still offered with a valid one.
+    assert server.requests[0]["tools"][0]["function"]["parameters"] == {
+        "type": "object",
+        "properties": {},
+    }
+
+
+async def test_partial_assistant_text_is_sent_for_continuation(
+    server: OpenAICompatibleServer,
+) -> None:
+    model = _model(server)
+    messages = [
+        ModelMessage(role="user", content="Tell me a story."),
+        ModelMessage(role="assistant", content="Once upon a time"),
+    ]
+    events = [e async for e in model.stream(messages, [])]
+    await model.aclose()
+    assert all(isinstance(e, TextDelta) for e in events)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == CONTINUATION
+    [request] = server.requests
+    assert request["messages"][-1] == {"role": "assistant", "content": "Once upon a time"}
+    assert "tools" not in request
+
+
+async def test_a_supplied_http_client_is_used_and_left_open(server: OpenAICompatibleServer) -> None:
+    async with httpx2.AsyncClient(headers={"x-test": "supplied"}) as http_client:
+        model = _model(server, http_client=http_client)
+        assert [e async for e in model.stream([ModelMessage(role="user", content="x")], [])]
+        await model.aclose()
+        assert not http_client.is_closed
+    assert server.headers[0]["x-test"] == "supplied"
+
+
+async def test_aclose_closes_the_client_it_built(server: OpenAICompatibleServer) -> None:
+    model = _model(server)
+    await model.aclose()
+    assert model._client.is_closed()

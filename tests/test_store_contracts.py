@@ -1,0 +1,347 @@
+"""The store contract kit over our file and in-memory stores, plus file-only guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.adapters import _files
+from tether.adapters.agent_state import InMemoryChatAgentStateStore, LocalFileChatAgentStateStore
+from tether.adapters.conversation import (
+    InMemoryChatConversationStore,
+    LocalFileChatConversationStore,
+)
+from tether.adapters.stream_buffer import (
+    InMemoryChatStreamRecordingStore,
+    InMemoryChatStreamSupervisionStore,
+    LocalFileChatStreamRecordingStore,
+    LocalFileChatStreamSupervisionStore,
+)
+from tether.domain.chat_agent_state_store import ChatAgentStateStore, construct_agent_state_key
+from tether.domain.chat_conversation_store import ChatConversationStore
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, RecordedStreamEvent
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    ChatStreamSupervisionStore,
+)
+from tether.domain.store_errors import StoreCorruptedError, StoreError
+from tether.testing.contracts import (
+    TRICKY_IDS,
+    ChatAgentStateStoreContract,
+    ChatConversationStoreFullContract,
+    ChatStreamRecordingCrossProcessContract,
+    ChatStreamRecordingStoreContract,
+    ChatStreamStoresStateMachineContract,
+    ChatStreamSupervisionCrossProcessContract,
+    ChatStreamSupervisionStoreContract,
+    ManualClock,
+    StoreFactory,
+)
+
+
+@pytest.fixture(params=["file", "memory"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class TestAgentStateStore(ChatAgentStateStoreContract):
+    @pytest.fixture
+    def store(self, backend: str, tmp_path: Path) -> ChatAgentStateStore:
+        if backend == "file":
+            return LocalFileChatAgentStateStore(tmp_path)
+        return InMemoryChatAgentStateStore()
+
+
+class TestSupervisionStore(ChatStreamSupervisionStoreContract):
+    @pytest.fixture
+    def store(self, backend: str, tmp_path: Path) -> ChatStreamSupervisionStore:
+        if backend == "file":
+            return LocalFileChatStreamSupervisionStore(tmp_path)
+        return InMemoryChatStreamSupervisionStore()
+
+
+class TestRecordingStore(ChatStreamRecordingStoreContract):
+    @pytest.fixture
+    def store(self, backend: str, tmp_path: Path) -> ChatStreamRecordingStore:
+        if backend == "file":
+            return LocalFileChatStreamRecordingStore(tmp_path)
+        return InMemoryChatStreamRecordingStore()
+
+
+class TestConversationStore(ChatConversationStoreFullContract):
+    @pytest.fixture
+    def store(self, backend: str, tmp_path: Path, clock: ManualClock) -> ChatConversationStore:
+        if backend == "file":
+            return LocalFileChatConversationStore(tmp_path, clock=clock)
+        return InMemoryChatConversationStore(clock=clock)
+
+
+class TestStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
+    @pytest.fixture
+    def supervision_store_factory(self, backend: str, tmp_path: Path) -> StoreFactory:
+        if backend == "file":
+            return functools.partial(LocalFileChatStreamSupervisionStore, tmp_path)
+        return InMemoryChatStreamSupervisionStore
+
+    @pytest.fixture
+    def recording_store_factory(self, backend: str, tmp_path: Path) -> StoreFactory:
+        if backend == "file":
+            return functools.partial(LocalFileChatStreamRecordingStore, tmp_path)
+        return InMemoryChatStreamRecordingStore
+
+
+class TestFileStoresAcrossProcesses(
+    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
+):
+    @pytest.fixture
+    def supervision_store_factory(self, tmp_path: Path) -> StoreFactory:
+        return functools.partial(LocalFileChatStreamSupervisionStore, tmp_path / "supervision")
+
+    @pytest.fixture
+    def recording_store_factory(self, tmp_path: Path) -> StoreFactory:
+        return functools.partial(LocalFileChatStreamRecordingStore, tmp_path / "recording")
+
+
+# File-only guarantees -----------------------------------------------------------------
+
+_ROW = ChatStreamSupervision(
+    status=ChatStreamStatus.RUNNING,
+    heartbeat_at=ManualClock()(),
+    message_id="m-1",
+    epoch=1,
+)
+_EVENT = RecordedStreamEvent(
+    index=0,
+    message=ChatMessage(sender=ChatMessageSender.BOT, content="so far"),
+    message_id="m-1",
+    epoch=1,
+)
+_USER = ChatMessage(sender=ChatMessageSender.USER, content="hello")
+
+
+class _FileStores:
+    """All four file stores under one base directory."""
+
+    def __init__(self, base: Path) -> None:
+        self.state = LocalFileChatAgentStateStore(base)
+        self.supervision = LocalFileChatStreamSupervisionStore(base)
+        self.recording = LocalFileChatStreamRecordingStore(base)
+        self.conversations = LocalFileChatConversationStore(base, clock=ManualClock())
+
+    async def write_everything(self, tenant: str, user: str, session: str) -> None:
+        await self.state.save(tenant, user, session, {"dep": {"n": 1}})
+        await self.supervision.compare_and_swap(tenant, user, session, None, _ROW)
+        await self.recording.put(tenant, user, session, _EVENT)
+        await self.conversations.append_messages(tenant, user, session, "agent", [_USER])
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(entry.name for entry in directory.iterdir())
+
+
+def _files_under(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*") if path.is_file())
+
+
+async def test_hostile_ids_stay_inside_the_base_directory(tmp_path: Path) -> None:
+    base = tmp_path / "nested" / "base"
+    stores = _FileStores(base)
+    hostile = ["../../x", "..", ".", "/", "/etc/passwd", "..\\..\\x", "a/../../b", "nul\x00"]
+    for tricky in hostile:
+        await stores.write_everything(tricky, tricky, tricky)
+    assert _names(tmp_path) == ["nested"]
+    assert _names(tmp_path / "nested") == ["base"]
+    written = _files_under(tmp_path)
+    assert len(written) > 4 * len(hostile)
+    for path in written:
+        assert base in path.parents
+        assert all(part not in ("", ".", "..") for part in path.relative_to(base).parts)
+    assert await stores.state.load("../../x", "../../x", "../../x") == {"dep": {"n": 1}}
+
+
+def test_the_state_layout_follows_construct_agent_state_key(tmp_path: Path) -> None:
+    files = _files.row_files(tmp_path, "agent-state", "acme", "user-1", "session-1")
+    key = construct_agent_state_key("acme", "user-1", "session-1")
+    assert files.data == tmp_path / f"{key}.json"
+    assert files.lock == tmp_path / f"{key}.lock"
+
+
+def test_encoded_names_are_safe_and_collision_free() -> None:
+    ids = [*TRICKY_IDS, "\udc80", "A", "a", "%41", "%61", "x" * 150, "x" * 151, "é", "%C3%A9"]
+    names = [_files.encode_component(value) for value in ids]
+    for name in names:
+        assert name not in ("", ".", "..")
+        assert set(name) <= set("abcdefghijklmnopqrstuvwxyzABCDEF0123456789_-%")
+        assert len(name.encode()) <= 150
+    assert len(set(names)) == len(ids)
+    # Still distinct where the file system ignores case.
+    assert len({name.lower() for name in names}) == len(ids)
+
+
+@pytest.mark.parametrize("names", [("..",), ("a", "..", ".."), ("a/../../x",), ("",), (".",)])
+def test_child_path_refuses_paths_outside_the_base(tmp_path: Path, names: tuple[str, ...]) -> None:
+    with pytest.raises(StoreError):
+        _files.child_path(tmp_path, *names)
+
+
+_Operation = Callable[[_FileStores], Awaitable[Any]]
+_CORRUPTIBLE: dict[str, list[_Operation]] = {
+    "agent-state": [lambda s: s.state.load("t", "u", "s")],
+    "stream-supervision": [
+        lambda s: s.supervision.read("t", "u", "s"),
+        lambda s: s.supervision.compare_and_swap("t", "u", "s", None, _ROW),
+        lambda s: s.supervision.compare_and_swap("t", "u", "s", 1, _ROW),
+        lambda s: s.supervision.delete("t", "u", "s", "m-1", 1),
+    ],
+    "stream-recording": [
+        lambda s: s.recording.read("t", "u", "s"),
+        lambda s: s.recording.put("t", "u", "s", _EVENT),
+        lambda s: s.recording.delete("t", "u", "s", "m-1"),
+    ],
+    "conversations": [
+        lambda s: s.conversations.get_transcript("t", "u", "s"),
+        lambda s: s.conversations.get_conversation("t", "u", "s"),
+        lambda s: s.conversations.append_messages("t", "u", "s", "agent", [_USER]),
+        lambda s: s.conversations.append_messages(
+            "t", "u", "s", "agent", [_USER], create_if_absent=False
+        ),
+        lambda s: s.conversations.set_last_turn_status("t", "u", "s", "errored"),
+        lambda s: s.conversations.set_shared("t", "u", "s", True),
+        lambda s: s.conversations.delete_conversation("t", "u", "s"),
+        lambda s: s.conversations.list_conversations("t", "u"),
+    ],
+}
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"torn": ', b'["valid JSON", "wrong shape"]'])
+@pytest.mark.parametrize("prefix", sorted(_CORRUPTIBLE))
+async def test_a_corrupt_file_raises_and_is_left_untouched(
+    tmp_path: Path, prefix: str, damage: bytes
+) -> None:
+    stores = _FileStores(tmp_path)
+    await stores.write_everything("t", "u", "s")
+    (document,) = (path for path in _files_under(tmp_path / prefix) if path.suffix == ".json")
+    document.write_bytes(damage)
+    for operation in _CORRUPTIBLE[prefix]:
+        with pytest.raises(StoreCorruptedError, match="left as is") as caught:
+            await operation(stores)
+        assert str(document) in str(caught.value)
+        assert document.read_bytes() == damage
+
+
+async def test_no_temp_files_are_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = _FileStores(tmp_path)
+    for number in range(3):
+        await stores.write_everything("t", "u", f"s{number}")
+        await stores.write_everything("t", "u", f"s{number}")
+    with pytest.raises(TypeError):
+        await stores.state.save("t", "u", "s0", {"dep": {"not json": object()}})
+    before = {path: path.read_bytes() for path in _files_under(tmp_path)}
+    monkeypatch.setattr(os, "replace", _refuse_replace)
+    with pytest.raises(StoreError, match="No space left"):
+        await stores.state.save("t", "u", "s0", {"dep": {"n": 2}})
+    with pytest.raises(StoreError, match="No space left"):
+        await stores.conversations.append_messages("t", "u", "s0", "agent", [_USER])
+    monkeypatch.undo()
+    after = {path: path.read_bytes() for path in _files_under(tmp_path)}
+    assert after == before
+    assert {path.suffix for path in after} == {".json", ".lock"}
+
+
+def _refuse_replace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    raise OSError(28, "No space left on device")
+
+
+async def test_writes_replace_the_document_and_lock_a_separate_file(tmp_path: Path) -> None:
+    store = LocalFileChatStreamSupervisionStore(tmp_path)
+    await store.compare_and_swap("t", "u", "s", None, _ROW)
+    files = _files.row_files(tmp_path, "stream-supervision", "t", "u", "s")
+    document_inode, lock_inode = files.data.stat().st_ino, files.lock.stat().st_ino
+    heartbeat = _ROW.model_copy(update={"message_id": "m-1"})
+    assert await store.compare_and_swap("t", "u", "s", 1, heartbeat)
+    assert files.data.stat().st_ino != document_inode
+    assert files.lock.stat().st_ino == lock_inode
+
+
+async def test_transcripts_and_checkpoints_are_fsynced_heartbeats_are_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = _FileStores(tmp_path)
+    await stores.write_everything("t", "u", "warm-up")
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(descriptor: int) -> None:
+        synced.append(descriptor)
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    await stores.supervision.compare_and_swap("t", "u", "s", None, _ROW)
+    await stores.recording.put("t", "u", "s", _EVENT)
+    assert synced == []
+    await stores.state.save("t", "u", "warm-up", {"dep": {"n": 2}})
+    assert len(synced) >= 2  # the file, then its directory
+    synced.clear()
+    await stores.conversations.append_messages("t", "u", "warm-up", "agent", [_USER])
+    assert len(synced) >= 2
+
+
+async def test_every_operation_is_one_thread_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = _FileStores(tmp_path)
+    calls: list[str] = []
+    real_to_thread = asyncio.to_thread
+
+    async def counting(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(func, "__name__", repr(func)))
+        return await real_to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    operations: list[Callable[[], Awaitable[Any]]] = [
+        lambda: stores.state.save("t", "u", "s", {"dep": {}}),
+        lambda: stores.state.load("t", "u", "s"),
+        lambda: stores.state.delete("t", "u", "s"),
+        lambda: stores.supervision.compare_and_swap("t", "u", "s", None, _ROW),
+        lambda: stores.supervision.read("t", "u", "s"),
+        lambda: stores.supervision.delete("t", "u", "s", "m-1", 1),
+        lambda: stores.recording.put("t", "u", "s", _EVENT),
+        lambda: stores.recording.read("t", "u", "s"),
+        lambda: stores.recording.delete("t", "u", "s", "m-1"),
+        lambda: stores.conversations.append_messages("t", "u", "s", "agent", [_USER]),
+        lambda: stores.conversations.set_last_turn_status("t", "u", "s", "complete"),
+        lambda: stores.conversations.get_transcript("t", "u", "s"),
+        lambda: stores.conversations.get_conversation("t", "u", "s"),
+        lambda: stores.conversations.list_conversations("t", "u"),
+        lambda: stores.conversations.set_shared("t", "u", "s", True),
+        lambda: stores.conversations.delete_conversation("t", "u", "s"),
+    ]
+    for number, operation in enumerate(operations, start=1):
+        await operation()
+        assert len(calls) == number, f"operation {number} made calls {calls}"
+
+
+async def test_listing_ignores_lock_and_temp_files(tmp_path: Path) -> None:
+    stores = _FileStores(tmp_path)
+    await stores.conversations.append_messages("t", "u", "s", "agent", [_USER])
+    tenant_dir = _files.row_files(tmp_path, "conversations", "t", "s").data.parent
+    (tenant_dir / ".s.json.abandoned.tmp").write_bytes(b'{"torn": ')
+    page = await stores.conversations.list_conversations("t", "u")
+    assert [item.session_id for item in page.items] == ["s"]
+
+
+def test_read_json_is_none_only_for_a_missing_file(tmp_path: Path) -> None:
+    assert _files.read_json(tmp_path / "missing.json") is None
+    (tmp_path / "empty.json").write_bytes(b"")
+    with pytest.raises(StoreCorruptedError):
+        _files.read_json(tmp_path / "empty.json")
