@@ -17,7 +17,8 @@ def make_project(
     tool_call_after_chunks: int | None = 5,
     seed: int = 11,
 ) -> Path:
-    """A project with agents ``writer`` (long-writer shape) and ``broken``."""
+    """A project with agents ``writer`` (long-writer shape: a calculator call after
+    ``tool_call_after_chunks``), ``plain`` (the same without the tool) and ``broken``."""
     shutil.copytree(TEMPLATE, directory, dirs_exist_ok=True)
     llm = {
         "seed": seed,
@@ -33,6 +34,12 @@ def make_project(
             "agent_name": "writer",
             "llm_configuration_name": "offline",
             "agent_configuration": {"llm": llm},
+        },
+        {
+            "agent_identifier": "plain",
+            "agent_name": "writer",
+            "llm_configuration_name": "offline",
+            "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
         },
         {
             "agent_identifier": "broken",

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from tether.api.body_limit import BodySizeLimitMiddleware
-from tether.api.routers import chat, probes
+from tether.api.routers import chat, conversations, probes
 from tether.domain.agent_registries import AgentRegistriesFactory
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
 from tether.domain.chat_conversation_store import ChatConversationStore
@@ -81,5 +81,6 @@ def setup_app(
         return JSONResponse(error.body(), status_code=error.status_code)
 
     app.include_router(chat.router)
+    app.include_router(conversations.router)
     app.include_router(probes.router)
     return app

@@ -29,3 +29,7 @@ OptionalSessionQuery = Annotated[
 MessageIdPath = Annotated[
     str, Path(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="Turn id")
 ]
+SessionPath = Annotated[
+    str,
+    Path(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN, description="Conversation"),
+]

@@ -170,6 +170,26 @@ class ChatHandler:
     def _key(self, tenant: str, requester_uuid: str | None, session_id: str) -> ConversationKey:
         return ConversationKey(tenant, normalize_owner(requester_uuid), session_id)
 
+    async def _reader_key(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ConversationKey:
+        """The key of the stream rows a reader may see: their own, or, for a
+        conversation shared with them, its owner's. A private conversation of
+        someone else is a 403, whatever the reader guesses."""
+        key = self._key(tenant, requester_uuid, session_id)
+        store = self.stores.conversation
+        if store is None:
+            return key
+        try:
+            summary = await store.get_conversation(tenant, key.requester_uuid, session_id)
+        except NotImplementedError:
+            return key
+        except ConversationNotOwnedError as error:
+            raise NotOwnerError("this conversation is private to its owner") from error
+        if summary is None or summary.owner_uuid == key.requester_uuid:
+            return key
+        return ConversationKey(tenant, summary.owner_uuid, session_id)
+
     async def _claim(self, context: TurnContext) -> Lease | None:
         store = self.stores.supervision
         if store is None:
@@ -205,14 +225,18 @@ class ChatHandler:
             )
 
     async def _first_index(self, context: TurnContext) -> int:
-        """A resumed turn continues the index after the last recorded event."""
+        """Where a resumed turn's indexes start: past anything the dead producer
+        can have published. It flushed index ``r`` last, but may have streamed more
+        after that flush; a producer never streams more than ``max_turn_events``,
+        so ``r + 1 + max_turn_events`` is beyond all of it. Ids stay unique and
+        an old ``start_index`` or ``Last-Event-ID`` still works."""
         store = self.stores.recording
         if store is None:
             return 0
         record = await store.read(context.tenant, context.requester_uuid, context.session_id or "")
         if record is None or record.message_id != context.message_id:
-            return 0
-        return record.index + 1
+            return self.settings.max_turn_events
+        return record.index + 1 + self.settings.max_turn_events
 
     async def _record_user_message(self, request: ChatRequest, context: TurnContext) -> None:
         store = self.stores.conversation
@@ -288,7 +312,9 @@ class ChatHandler:
                 f"turn {message_id} is not running on this server"
                 + ("" if session_id else "; pass its session_id to follow it from another")
             )
-        key = self._key(tenant, requester, session_id)
+        key = await self._reader_key(tenant, requester, session_id)
+        if local is not None and local.context.requester_uuid == key.requester_uuid:
+            return local.buffer.follow(start_index), True
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
             raise TurnGoneError(f"turn {message_id} is finished and cleaned up, or never existed")
@@ -310,7 +336,7 @@ class ChatHandler:
     async def status(self, tenant: str, requester_uuid: str | None, session_id: str) -> TurnStatus:
         store = self.stores.supervision
         if store is not None:
-            key = self._key(tenant, requester_uuid, session_id)
+            key = await self._reader_key(tenant, requester_uuid, session_id)
             row = await store.read(key.tenant, key.requester_uuid, key.session_id)
             if row is not None:
                 return TurnStatus(row.message_id, self._verdict(row), row.epoch, row.heartbeat_at)

@@ -88,10 +88,16 @@ class ChatStreamSupervisionCrossProcessContract:
 
 
 class ChatStreamRecordingCrossProcessContract:
-    """Processes racing puts at different epochs: the highest epoch's last put stays."""
+    """Processes racing puts at interleaved epochs: no regression, the highest stays.
+
+    In round ``r`` process ``p`` puts at epoch ``r * processes + p + 1``, so the
+    stored epoch climbs many times while every process is writing, and each
+    climb is a chance for a non-atomic fence to let a lower write in.
+    """
 
     processes: ClassVar[int] = 4
-    puts: ClassVar[int] = 40
+    rounds: ClassVar[int] = 50
+    puts_per_round: ClassVar[int] = 2
 
     @pytest.fixture
     def recording_store_factory(self) -> StoreFactory:
@@ -102,26 +108,28 @@ class ChatStreamRecordingCrossProcessContract:
         self, recording_store_factory: StoreFactory
     ) -> None:
         key = (unique("tenant"), "racer", "session")
-        epochs = list(range(1, self.processes + 1))
+        plan = (self.processes, self.rounds, self.puts_per_round)
         results = _run_in_processes(
-            _race_puts, [(recording_store_factory, key, epoch, self.puts) for epoch in epochs]
+            _race_puts, [(recording_store_factory, key, *plan, p) for p in range(self.processes)]
         )
-        for epoch, (outcomes, seen) in zip(epochs, results, strict=True):
-            # Once epoch e is stored nothing lower is accepted, so no process may
-            # ever read an epoch lower than one it read (or wrote) before.
-            assert seen == sorted(seen), f"epoch {epoch} saw the recording regress: {seen}"
-            assert -1 not in seen, f"epoch {epoch} saw the recording vanish: {seen}"
-            first_fence = outcomes.index(False) if False in outcomes else len(outcomes)
-            assert not any(outcomes[first_fence:]), (
-                f"epoch {epoch} wrote again after being fenced: {outcomes}"
-            )
-        assert all(results[-1][0]), "the highest epoch must never be fenced"
+        for process, (accepted, seen) in enumerate(results):
+            # The stored epoch only grows, so no process may ever read an epoch
+            # lower than one it read before, nor find the record gone.
+            assert seen == sorted(seen), f"process {process} saw the recording regress: {seen}"
+            assert -1 not in seen, f"process {process} saw the recording vanish: {seen}"
+            for epoch, outcomes in accepted.items():
+                first_fence = outcomes.index(False) if False in outcomes else len(outcomes)
+                assert not any(outcomes[first_fence:]), (
+                    f"epoch {epoch} wrote again after being fenced: {outcomes}"
+                )
+        top = self.rounds * self.processes
+        assert all(results[-1][0][top]), "the highest epoch must never be fenced"
         loop = PrivateLoop()
         try:
             final = loop.run(loop.open(recording_store_factory).read(*key))
         finally:
             loop.close()
-        assert final == _event(max(epochs), self.puts - 1)
+        assert final == _event(top, self.rounds * self.puts_per_round - 1)
 
 
 def _event(epoch: int, index: int) -> RecordedStreamEvent:
@@ -211,24 +219,35 @@ async def _race_compare_and_swap(
 
 
 async def _race_puts(
-    factory: StoreFactory, key: _Key, epoch: int, puts: int, barrier: Any
-) -> tuple[list[bool], list[int]]:
-    """Put ``puts`` growing events at ``epoch``, reading back after each one.
+    factory: StoreFactory,
+    key: _Key,
+    processes: int,
+    rounds: int,
+    puts_per_round: int,
+    process: int,
+    barrier: Any,
+) -> tuple[dict[int, list[bool]], list[int]]:
+    """Put growing events at this process's epoch of each round, reading back after each.
 
-    Returns whether each put was accepted, and the epoch of every read.
+    Returns, per epoch, whether each put was accepted, and the epoch of every read.
     """
-    outcomes: list[bool] = []
+    accepted: dict[int, list[bool]] = {}
     seen: list[int] = []
+    index = 0
     async with AsyncExitStack() as stack:
         store = await open_store(factory, stack)
         await asyncio.to_thread(barrier.wait, _TIMEOUT)
-        for index in range(puts):
-            try:
-                await store.put(*key, _event(epoch, index))
-            except RecordingFencedError:
-                outcomes.append(False)
-            else:
-                outcomes.append(True)
-            stored = await store.read(*key)
-            seen.append(-1 if stored is None else stored.epoch)
-    return outcomes, seen
+        for round_number in range(rounds):
+            epoch = round_number * processes + process + 1
+            outcomes = accepted.setdefault(epoch, [])
+            for _ in range(puts_per_round):
+                try:
+                    await store.put(*key, _event(epoch, index))
+                except RecordingFencedError:
+                    outcomes.append(False)
+                else:
+                    outcomes.append(True)
+                index += 1
+                stored = await store.read(*key)
+                seen.append(-1 if stored is None else stored.epoch)
+    return accepted, seen

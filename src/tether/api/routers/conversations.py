@@ -1,0 +1,115 @@
+"""Conversation routes: list your own, read (own or shared), share, delete.
+
+Writes are owner-only; reads are the owner's or, for a shared conversation,
+anyone's in the tenant. An adapter that implements only the seed's three
+methods still serves chat turns; these routes then answer 501.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Annotated, TypeVar
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import BaseModel
+
+from tether.api.forms import ErrorBody
+from tether.api.identity import request_identity
+from tether.api.ids import SessionPath, TenantQuery
+from tether.domain.chat_conversation_store import (
+    ChatConversationStore,
+    ConversationNotOwnedError,
+    ConversationPage,
+    ConversationSummary,
+)
+from tether.domain.chat_message import ChatMessage
+from tether.handlers.errors import NotImplementedByStoreError, NotOwnerError, TurnNotFoundError
+
+router = APIRouter(tags=["conversations"])
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorBody} for code in (403, 404, 501)
+}
+T = TypeVar("T")
+
+
+class ConversationBody(BaseModel):
+    conversation: ConversationSummary
+    messages: list[ChatMessage]
+
+
+class SharePatch(BaseModel):
+    shared: bool
+
+
+def _store(request: Request) -> ChatConversationStore:
+    store: ChatConversationStore | None = request.app.state.stores.conversation
+    if store is None:
+        raise NotImplementedByStoreError("this server runs without a conversation store")
+    return store
+
+
+async def _call(operation: Awaitable[T], what: str) -> T:
+    """Map the store's refusals to HTTP: not the owner is 403, not supported is 501."""
+    try:
+        return await operation
+    except ConversationNotOwnedError as error:
+        raise NotOwnerError(f"you may not {what} this conversation") from error
+    except NotImplementedError as error:
+        raise NotImplementedByStoreError(
+            f"the conversation store does not support {what}"
+        ) from error
+
+
+@router.get("/conversations", response_model=ConversationPage, responses=_ERRORS)
+async def list_conversations(
+    tenant: TenantQuery,
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[str | None, Query(max_length=1024)] = None,
+) -> ConversationPage:
+    """Your own conversations, most recently updated first."""
+    requester = request_identity(request).requester_uuid
+    store = _store(request)
+    return await _call(store.list_conversations(tenant, requester, limit, cursor), "list")
+
+
+@router.get("/conversations/{session_id}", response_model=ConversationBody, responses=_ERRORS)
+async def get_conversation(
+    tenant: TenantQuery, session_id: SessionPath, request: Request
+) -> ConversationBody:
+    """The conversation and its transcript, if it is yours or shared."""
+    requester = request_identity(request).requester_uuid
+    store = _store(request)
+    summary = await _call(store.get_conversation(tenant, requester, session_id), "read")
+    if summary is None:
+        raise TurnNotFoundError(f"no conversation {session_id!r}")
+    messages = await _call(store.get_transcript(tenant, requester, session_id), "read")
+    return ConversationBody(conversation=summary, messages=messages)
+
+
+@router.patch("/conversations/{session_id}", response_model=ConversationSummary, responses=_ERRORS)
+async def share_conversation(
+    tenant: TenantQuery, session_id: SessionPath, patch: SharePatch, request: Request
+) -> ConversationSummary:
+    """Share the conversation with the tenant, or make it private again (owner only)."""
+    requester = request_identity(request).requester_uuid
+    store = _store(request)
+    if await _call(store.get_conversation(tenant, requester, session_id), "read") is None:
+        raise TurnNotFoundError(f"no conversation {session_id!r}")
+    await _call(store.set_shared(tenant, requester, session_id, patch.shared), "share")
+    summary = await _call(store.get_conversation(tenant, requester, session_id), "read")
+    assert summary is not None
+    return summary
+
+
+@router.delete("/conversations/{session_id}", status_code=204, responses=_ERRORS)
+async def delete_conversation(
+    tenant: TenantQuery, session_id: SessionPath, request: Request
+) -> Response:
+    """Delete the conversation (owner only). A turn still running is not resurrected."""
+    requester = request_identity(request).requester_uuid
+    store = _store(request)
+    if not await _call(store.delete_conversation(tenant, requester, session_id), "delete"):
+        raise TurnNotFoundError(f"no conversation {session_id!r}")
+    return Response(status_code=204)

@@ -1,0 +1,356 @@
+"""Durable turns across real replicas sharing one store set, under real signals.
+
+Two ``tether serve`` processes share a store URL. A client reconnects from one to
+the other, the producer is SIGKILLed (during text, right after a tool call) and
+resumed elsewhere, SIGSTOPped and fenced, cancelled from the other replica, and a
+follow-up turn dies before its first checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.support.client import read_stream, turn_body
+from tests.support.project import make_project
+from tests.support.replicas import (
+    LiveRead,
+    Replicas,
+    has_completed_tool,
+    read_in_background,
+    started,
+)
+from tests.support.servers import ServerProcess
+
+pytestmark = pytest.mark.processes
+
+ALICE = {"requester-uuid": "alice"}
+PROMPT = "Tell me about rivers and the towns along them."
+
+
+@pytest.fixture(scope="module", params=["file"])
+def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"file://{tmp_path_factory.mktemp('store')}"
+
+
+@pytest.fixture(scope="module")
+def cluster(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+    root = tmp_path_factory.mktemp("replicas")
+    # 100 chunks at 20/s: a 5 s answer, with one calculator call after 5 chunks.
+    project = make_project(
+        root / "project", chunks_per_second=20, answer_chunks=100, tool_call_after_chunks=5
+    )
+    env = {"TETHER_TEST_TOOL_LOG": str(root / "tools.log"), "TETHER_FINISHED_TURN_GRACE": "60"}
+    one = ServerProcess(project, store_url=store_url, env=env, log_path=root / "one.log")
+    two = ServerProcess(project, store_url=store_url, env=env, log_path=root / "two.log")
+    replicas = Replicas(one.start(), two.start(), root / "tools.log")
+    yield replicas
+    one.stop()
+    two.stop()
+
+
+@pytest.fixture
+def replicas(cluster: Replicas) -> Replicas:
+    cluster.restart()
+    return cluster
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=30, headers=ALICE) as http:
+        yield http
+
+
+def _session() -> str:
+    return f"s-{uuid.uuid4().hex[:12]}"
+
+
+def _body(content: str, session: str, agent: str = "writer") -> dict[str, Any]:
+    return turn_body(content, agent=agent, stateful=True, session_id=session)
+
+
+def _resume_body(session: str, agent: str = "writer") -> dict[str, Any]:
+    return {"agent_identifier": agent, "stateful": True, "session_id": session, "conversation": []}
+
+
+async def _transcript(client: httpx2.AsyncClient, url: str, session: str) -> dict[str, Any]:
+    response = await client.get(f"{url}/conversations/{session}?tenant=t")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _bot_answers(transcript: dict[str, Any]) -> list[tuple[str, Any]]:
+    return [
+        (m["content"], m.get("content_parts"))
+        for m in transcript["messages"]
+        if m["sender"] == "bot"
+    ]
+
+
+async def _status(client: httpx2.AsyncClient, url: str, session: str) -> dict[str, Any]:
+    response = await client.get(f"{url}/chat/stream/status?tenant=t&session_id={session}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def _wait_status(
+    client: httpx2.AsyncClient, url: str, session: str, wanted: str, within: float
+) -> float:
+    """Seconds until the status says ``wanted``; fails past ``within``."""
+    started_at = time.monotonic()
+    while True:
+        status = await _status(client, url, session)
+        elapsed = time.monotonic() - started_at
+        if status["status"] == wanted:
+            return elapsed
+        assert elapsed < within, f"status still {status['status']} after {elapsed:.1f} s"
+        await asyncio.sleep(0.05)
+
+
+async def _reference(
+    client: httpx2.AsyncClient, replicas: Replicas, content: str, agent: str = "writer"
+) -> list[tuple[str, Any]]:
+    """The crash-free transcript's answers for ``content``, on a fresh session."""
+    session = _session()
+    read = await read_stream(
+        client,
+        "POST",
+        f"{replicas.two.url}/chat/stream?tenant=t",
+        json=_body(content, session, agent),
+    )
+    assert read.status_code == 201
+    return _bot_answers(await _transcript(client, replicas.two.url, session))
+
+
+async def _start(
+    client: httpx2.AsyncClient, url: str, content: str, session: str, agent: str = "writer"
+) -> LiveRead:
+    """Start a stateful turn on replica ``url`` and read it in the background."""
+    body = _body(content, session, agent)
+    return await started(
+        read_in_background(client, "POST", f"{url}/chat/stream?tenant=t", json=body)
+    )
+
+
+async def _resume(
+    client: httpx2.AsyncClient,
+    url: str,
+    message_id: str | None,
+    session: str,
+    agent: str = "writer",
+) -> LiveRead:
+    resume_url = f"{url}/chat/stream?tenant=t&resume=true&message_id={message_id}"
+    body = _resume_body(session, agent)
+    return await read_in_background(client, "POST", resume_url, json=body).finished()
+
+
+def _kill_point(read: LiveRead, point: str) -> bool:
+    if point == "after_tool":
+        return has_completed_tool(read)
+    return len(read.messages) >= 40
+
+
+async def test_a_reconnect_on_another_replica_gets_the_rest(
+    replicas: Replicas, client: httpx2.AsyncClient
+) -> None:
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    first = await started(
+        read_in_background(
+            client, "POST", f"{one}/chat/stream?tenant=t", json=_body(PROMPT, session)
+        )
+    )
+    message_id = first.message_id
+    await first.until(lambda r: len(r.messages) >= 20)
+    assert first.task is not None
+    first.task.cancel()  # the tab closes
+    last_id, seen = first.events[-1].id, first.messages[-1]["content"]
+
+    follow_url = f"{two}/chat/stream/{message_id}?tenant=t&session_id={session}"
+    reconnect_started = time.monotonic()
+    reconnected = read_in_background(client, "GET", follow_url, headers={"Last-Event-ID": last_id})
+    joiner = read_in_background(client, "GET", follow_url)
+    await reconnected.finished()
+    await joiner.finished()
+    took = time.monotonic() - reconnect_started
+
+    assert reconnected.status_code == 200 and reconnected.verdict() == "done"
+    last_index = int(last_id.rpartition(":")[2])
+    indexes = [int(e.id.rpartition(":")[2]) for e in reconnected.events if e.event == "new_message"]
+    assert indexes and indexes[0] > last_index and indexes == sorted(set(indexes))
+    answers = _bot_answers(await _transcript(client, one, session))
+    assert reconnected.messages[-1]["content"] == answers[-1][0]
+    assert answers[-1][0].startswith(seen)
+    # Paced, not one jump per 0.5 s flush.
+    assert len(indexes) >= 2 * took / 0.5
+    for before, after in itertools.pairwise(reconnected.messages):
+        assert after["content"].startswith(before["content"])
+    # The second screen joined mid-turn and still has everything from the first character.
+    assert joiner.messages[0]["content"].startswith(first.messages[0]["content"])
+    assert joiner.messages[-1]["content"] == answers[-1][0]
+
+
+@pytest.mark.parametrize("point", ["during_text", "after_tool"])
+async def test_sigkill_then_resume_on_another_replica(
+    replicas: Replicas, client: httpx2.AsyncClient, point: str
+) -> None:
+    reference = await _reference(client, replicas, PROMPT)
+    runs_before = replicas.tool_runs()
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    read = await started(
+        read_in_background(
+            client, "POST", f"{one}/chat/stream?tenant=t", json=_body(PROMPT, session)
+        )
+    )
+    await read.until(lambda r: _kill_point(r, point))
+    replicas.one.kill()
+
+    assert await _wait_status(client, two, session, "dead", within=4.0) < 4.0
+    resume_url = f"{two}/chat/stream?tenant=t&resume=true&message_id={read.message_id}"
+    resumed = await read_in_background(
+        client, "POST", resume_url, json=_resume_body(session)
+    ).finished()
+    assert resumed.status_code == 201
+    assert resumed.messages and resumed.verdict() is None  # a clean live close
+
+    transcript = await _transcript(client, two, session)
+    assert _bot_answers(transcript) == reference
+    users = [m for m in transcript["messages"] if m["sender"] == "user"]
+    assert [m["content"] for m in users] == [PROMPT]
+    assert replicas.tool_runs() - runs_before == 1
+    assert (await _status(client, two, session))["status"] == "done"
+    # Ids never repeat across the takeover.
+    seen_ids = [e.id for e in read.events + resumed.events if e.event == "new_message"]
+    assert len(seen_ids) == len(set(seen_ids))
+
+
+async def test_a_stopped_producer_is_fenced_and_writes_nothing(
+    replicas: Replicas, client: httpx2.AsyncClient, store_url: str
+) -> None:
+    reference = await _reference(client, replicas, PROMPT)
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    read = await started(
+        read_in_background(
+            client, "POST", f"{one}/chat/stream?tenant=t", json=_body(PROMPT, session)
+        )
+    )
+    await read.until(lambda r: len(r.messages) >= 30)
+    replicas.one.signal(signal.SIGSTOP)
+    try:
+        await _wait_status(client, two, session, "dead", within=5.0)
+        resumed = await _resume(client, two, read.message_id, session)
+        assert resumed.status_code == 201
+        after_resume = await _status(client, two, session)
+    finally:
+        replicas.one.signal(signal.SIGCONT)
+    # The old producer wakes with its timers due: heartbeat, flush, checkpoint.
+    await read.finished(within=10)
+    assert read.verdict() == "gone"
+    await asyncio.sleep(1.5)
+
+    status = await _status(client, two, session)
+    assert status == after_resume and status["status"] == "done"
+    assert _bot_answers(await _transcript(client, two, session)) == reference
+    stores = _raw_stores(store_url)
+    record = await stores.chat_stream_recording_store.read("t", "alice", session)
+    assert record is not None and record.epoch == status["epoch"]
+    assert record.message.content == reference[-1][0]
+    state = await stores.agent_state_store.load("t", "alice", session)
+    assert state["__turn__"]["epoch"] == status["epoch"]
+
+
+def _raw_stores(store_url: str) -> Any:
+    from tether.stores import from_url
+
+    return from_url(store_url)
+
+
+async def test_busy_conversation_and_resume_verdicts(
+    replicas: Replicas, client: httpx2.AsyncClient
+) -> None:
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    read = await started(
+        read_in_background(
+            client, "POST", f"{one}/chat/stream?tenant=t", json=_body(PROMPT, session)
+        )
+    )
+    await read.until(lambda r: len(r.messages) >= 3)
+    busy = await client.post(f"{two}/chat/stream?tenant=t", json=_body("another", session))
+    assert busy.status_code == 409
+    assert busy.json()["message_id"] == read.message_id
+    resume_url = f"{two}/chat/stream?tenant=t&resume=true&message_id={read.message_id}"
+    live = await client.post(resume_url, json=_resume_body(session))
+    assert live.status_code == 409 and live.json()["message_id"] == read.message_id
+    await read.finished()
+    finished = await client.post(resume_url, json=_resume_body(session))
+    assert finished.status_code == 410
+    # Once the turn is done the conversation takes the next one.
+    follow_up = await read_stream(
+        client, "POST", f"{two}/chat/stream?tenant=t", json=_body("and then?", session)
+    )
+    assert follow_up.status_code == 201
+
+
+async def test_cancel_from_another_replica(replicas: Replicas, client: httpx2.AsyncClient) -> None:
+    reference = await _reference(client, replicas, PROMPT)
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    read = await started(
+        read_in_background(
+            client, "POST", f"{one}/chat/stream?tenant=t", json=_body(PROMPT, session)
+        )
+    )
+    await read.until(lambda r: len(r.messages) >= 20)
+    cancelled_at = time.monotonic()
+    response = await client.delete(
+        f"{two}/chat/stream/{read.message_id}?tenant=t&session_id={session}"
+    )
+    assert response.status_code == 204
+    await read.finished(within=5)
+    assert time.monotonic() - cancelled_at < 2.0
+    assert read.verdict() == "cancelled"
+
+    transcript = await _transcript(client, two, session)
+    assert transcript["conversation"]["last_turn_status"] == "cancelled"
+    partial = _bot_answers(transcript)[-1][0]
+    assert partial and reference[-1][0].startswith(partial) and partial != reference[-1][0]
+    assert (await _status(client, two, session))["status"] == "cancelled"
+    resume_url = f"{two}/chat/stream?tenant=t&resume=true&message_id={read.message_id}"
+    assert (await client.post(resume_url, json=_resume_body(session))).status_code == 410
+    # Nothing the fenced producer did afterwards changed the partial answer.
+    await asyncio.sleep(1.5)
+    assert _bot_answers(await _transcript(client, two, session))[-1][0] == partial
+
+
+async def test_a_follow_up_that_dies_before_its_first_checkpoint_resumes_its_own_question(
+    replicas: Replicas, client: httpx2.AsyncClient
+) -> None:
+    first_question, follow_up = "What is a river?", "And what is a lake?"
+    expected_first = (await _reference(client, replicas, first_question, "plain"))[-1][0]
+    expected_follow_up = (await _reference(client, replicas, follow_up, "plain"))[-1][0]
+    assert expected_first != expected_follow_up
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    done = await read_stream(
+        client, "POST", f"{one}/chat/stream?tenant=t", json=_body(first_question, session, "plain")
+    )
+    assert done.status_code == 201
+    read = await _start(client, one, follow_up, session, "plain")
+    await read.until(lambda r: len(r.messages) >= 3)  # well before the 5 s checkpoint
+    replicas.one.kill()
+    await _wait_status(client, two, session, "dead", within=4.0)
+    resumed = await _resume(client, two, read.message_id, session, "plain")
+    assert resumed.status_code == 201
+    answers = [content for content, _ in _bot_answers(await _transcript(client, two, session))]
+    assert answers == [expected_first, expected_follow_up]
