@@ -6,6 +6,7 @@ One place decides which backend serves which store, for ``tether serve
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -58,21 +59,47 @@ class StoreBundle:
         return replace(self, **dropped)
 
 
+_BACKENDS = {
+    # scheme -> module whose ``stores_from_url(url) -> StoreBundle`` serves it.
+    # Imported only when used: a missing driver breaks only its own backend.
+    "sqlite": "tether.adapters.sqlite",
+    "postgresql": "tether.adapters.postgres",
+    "postgres": "tether.adapters.postgres",
+    "redis": "tether.adapters.redis",
+    "rediss": "tether.adapters.redis",
+}
+
+
 def from_url(url: str) -> StoreBundle:
     """Every store a backend can serve, for ``url``.
 
     - ``file://DIR`` (relative or absolute): file-backed stores under DIR, correct
       for any number of processes sharing the directory.
     - ``memory://``: in-memory stores, for one process (tests, demos).
+    - ``sqlite:///PATH``, ``postgresql://...``, ``redis://...``: see each backend.
+
+    Nothing is connected yet: ``setup_app`` opens every store that has an
+    ``open()`` when the server starts (an unreachable URL fails start-up there),
+    and closes it on shutdown.
     """
     parts = urlsplit(url)
     if parts.scheme == "file":
         return _file_stores(parts.netloc + parts.path)
     if parts.scheme == "memory":
         return _memory_stores()
-    raise StoreURLError(
-        f"store URL {url!r}: unknown scheme {parts.scheme!r} (use file:// or memory://)"
-    )
+    module_name = _BACKENDS.get(parts.scheme)
+    if module_name is None:
+        known = ", ".join(["file", "memory", *sorted(set(_BACKENDS))])
+        raise StoreURLError(f"store URL {url!r}: unknown scheme {parts.scheme!r} (known: {known})")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise StoreURLError(
+            f"store URL {url!r} needs the {parts.scheme} driver: {error} "
+            "(install tether with the matching extra, e.g. tether[postgres])"
+        ) from error
+    bundle: StoreBundle = module.stores_from_url(url)
+    return bundle
 
 
 def _file_stores(directory: str) -> StoreBundle:

@@ -63,8 +63,16 @@ def setup_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        await handler.shutdown()
+        opened = await _open_stores(stores, mcp_oauth_store)
+        try:
+            yield
+        finally:
+            await handler.shutdown()
+            for store in reversed(opened):
+                try:
+                    await store.aclose()
+                except Exception:
+                    logger.warning("closing %r failed", store, exc_info=True)
 
     app = FastAPI(title=title, lifespan=lifespan)
     app.state.chat_handler = handler
@@ -84,3 +92,27 @@ def setup_app(
     app.include_router(conversations.router)
     app.include_router(probes.router)
     return app
+
+
+async def _open_stores(stores: TurnStores, *extra: Any) -> list[Any]:
+    """Connect every store that needs it (pools, listeners) once, at start-up.
+
+    One backend object may serve several stores; it is opened once. A store
+    that cannot be reached fails start-up here, with its own message naming
+    the URL, instead of failing the first request.
+    """
+    distinct: dict[int, Any] = {}
+    for store in (stores.agent_state, stores.recording, stores.supervision, stores.conversation):
+        if store is not None:
+            distinct.setdefault(id(store), store)
+    for store in extra:
+        if store is not None:
+            distinct.setdefault(id(store), store)
+    opened: list[Any] = []
+    for store in distinct.values():
+        open_ = getattr(store, "open", None)
+        if open_ is not None:
+            await open_()
+        if getattr(store, "aclose", None) is not None:
+            opened.append(store)
+    return opened

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 
 from pydantic import BaseModel
@@ -53,3 +54,17 @@ class ChatStreamRecordingStore(ABC):
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
     ) -> None:
         """Remove the record only if it still belongs to ``message_id``."""
+
+    async def wait_for_change(
+        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
+    ) -> bool:
+        """Wait until the conversation's recording or supervision row may have
+        changed, or ``max_wait`` seconds pass; return whether a change was signalled.
+
+        Optional. The default sleeps out ``max_wait`` (the follower then polls).
+        Backends with a push channel (PostgreSQL LISTEN/NOTIFY, Redis pub/sub)
+        wake followers on every put and every supervision write instead. A
+        spurious wake-up is harmless: followers always re-read.
+        """
+        await asyncio.sleep(max_wait)
+        return False

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -39,6 +41,17 @@ class ChatStreamSupervision(BaseModel):
 
     def is_live(self, now: datetime, dead_after: timedelta = DEAD_AFTER) -> bool:
         return self.status is ChatStreamStatus.RUNNING and not self.is_dead(now, dead_after)
+
+
+@dataclass(frozen=True)
+class SupervisionSwap:
+    """One compare-and-swap of a batch (see ``compare_and_swap_many``)."""
+
+    tenant: str
+    requester_uuid: str | None
+    session_id: str
+    expected_epoch: int | None
+    supervision: ChatStreamSupervision
 
 
 class ChatStreamSupervisionStore(ABC):
@@ -80,3 +93,17 @@ class ChatStreamSupervisionStore(ABC):
     ) -> None:
         """Remove the row only if it still holds exactly ``message_id`` at ``epoch``,
         atomically with that check. A row claimed by a newer turn is left alone."""
+
+    async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        """Several independent compare-and-swaps; one result per swap, in order.
+
+        Optional: lets a replica renew the heartbeats of all its turns in one
+        round trip each second. Each swap keeps its own epoch guard; the batch
+        is not a transaction across rows. The default runs them one by one.
+        """
+        return [
+            await self.compare_and_swap(
+                s.tenant, s.requester_uuid, s.session_id, s.expected_epoch, s.supervision
+            )
+            for s in swaps
+        ]

@@ -1,0 +1,82 @@
+"""PostgreSQL and Redis for tests: each test gets its own database or key prefix.
+
+Without a server the tests skip, saying how to start one; with
+``TETHER_REQUIRE_SERVICES=1`` (set by ``.ci/run``) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+POSTGRES_URL = os.environ.get(
+    "TETHER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("TETHER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_HOW = (
+    "start PostgreSQL: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start"
+    " (or set TETHER_TEST_POSTGRES_URL)"
+)
+REDIS_HOW = (
+    "start Redis: redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save ''"
+    " (or set TETHER_TEST_REDIS_URL)"
+)
+
+
+def services_required() -> bool:
+    return os.environ.get("TETHER_REQUIRE_SERVICES") == "1"
+
+
+def unavailable(what: str, how: str, error: BaseException) -> None:
+    message = f"{what} is not reachable ({error}); {how}"
+    if services_required():
+        pytest.fail(f"TETHER_REQUIRE_SERVICES=1: {message}")
+    pytest.skip(message)
+
+
+def _with_database(url: str, database: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{database}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty database, dropped after the test."""
+    psycopg = pytest.importorskip("psycopg")
+    name = f"tether_test_{uuid.uuid4().hex[:16]}"
+    try:
+        admin = psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as error:
+        unavailable("PostgreSQL", POSTGRES_HOW, error)
+        raise
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(POSTGRES_URL, name)
+    finally:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """The Redis URL with a unique ``prefix`` query parameter; its keys are
+    deleted after the test."""
+    redis = pytest.importorskip("redis")
+    prefix = f"tether-test-{uuid.uuid4().hex[:12]}:"
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        unavailable("Redis", REDIS_HOW, error)
+        raise
+    separator = "&" if "?" in REDIS_URL else "?"
+    try:
+        yield f"{REDIS_URL}{separator}prefix={prefix}"
+    finally:
+        for key in client.scan_iter(match=f"{prefix}*", count=500):
+            client.delete(key)
+        client.close()
