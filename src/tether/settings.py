@@ -24,6 +24,9 @@ class TetherSettings:
     """Resumable dependencies are checkpointed this often during a stateful turn."""
     follower_poll_interval: float = 0.2
     """A follower on another replica polls this often when it has no push channel."""
+    follower_push_fallback_interval: float = 1.0
+    """With a push channel, a follower still re-reads this often (a dead producer
+    sends no notification)."""
     follower_pace_interval: float = 0.05
     """A follower paces new content out in steps this far apart, not one jump per flush."""
     max_turn_events: int = 10_000

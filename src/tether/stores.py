@@ -145,3 +145,35 @@ def _memory_stores() -> StoreBundle:
         chat_stream_supervision_store=InMemoryChatStreamSupervisionStore(),
         chat_conversation_store=InMemoryChatConversationStore(),
     )
+
+
+def compose(
+    url: str,
+    *,
+    stream: str | None = None,
+    state: str | None = None,
+    conversation: str | None = None,
+) -> StoreBundle:
+    """The stores of ``url``, with per-store overrides taken from other URLs.
+
+    ``stream`` serves the recording and supervision stores (they belong
+    together: followers wake on the same backend that fences producers). A
+    store the main backend lacks (Redis has no conversation store) stays None
+    unless an override provides it.
+    """
+    bundle = from_url(url)
+    if stream is not None:
+        streams = from_url(stream)
+        bundle = replace(
+            bundle,
+            chat_stream_recording_store=streams.chat_stream_recording_store,
+            chat_stream_supervision_store=streams.chat_stream_supervision_store,
+        )
+    if state is not None:
+        bundle = replace(bundle, agent_state_store=from_url(state).agent_state_store)
+    if conversation is not None:
+        chosen = from_url(conversation).chat_conversation_store
+        if chosen is None:
+            raise StoreURLError(f"store URL {conversation!r} has no conversation store")
+        bundle = replace(bundle, chat_conversation_store=chosen)
+    return bundle

@@ -10,7 +10,7 @@ import uvicorn
 
 from tether.cli.server_app import build_app
 from tether.settings import settings_from_env
-from tether.stores import STORE_NAMES, from_url
+from tether.stores import STORE_NAMES, compose
 
 DEFAULT_STORE_URL = "file://.tether"
 
@@ -29,6 +29,23 @@ def serve_command(
             help="Where every store lives: file://DIR (shared by processes) or memory://.",
         ),
     ] = DEFAULT_STORE_URL,
+    stream_store: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_STREAM_STORE",
+            help="Override for the recording and supervision stores (e.g. redis://...).",
+        ),
+    ] = None,
+    state_store: Annotated[
+        str | None,
+        typer.Option(envvar="TETHER_STATE_STORE", help="Override for the agent state store."),
+    ] = None,
+    conversation_store: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_CONVERSATION_STORE", help="Override for the conversation store."
+        ),
+    ] = None,
     without: Annotated[
         list[str] | None,
         typer.Option(
@@ -38,6 +55,11 @@ def serve_command(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
 ) -> None:
     """Serve the project's agents over HTTP. Settings come from TETHER_* variables."""
-    stores = from_url(store).without(without or [])
+    stores = compose(
+        store,
+        stream=stream_store,
+        state=state_store,
+        conversation=conversation_store,
+    ).without(without or [])
     app = build_app(project_dir, stores=stores, settings=settings_from_env())
     uvicorn.run(app, host=host, port=port, log_level=log_level)

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tether.adapters.stream_buffer.follower import RecordingFollower
+from tether.adapters.stream_buffer.follower import RecordingFollower, has_push
+from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
 from tether.adapters.stream_buffer.lease import (
     ClaimRefusedError,
     ConversationKey,
@@ -86,12 +87,19 @@ class ChatHandler:
         self.settings = settings
         self.bus = bus
         self.clock = clock
+        self.dead_after = timedelta(seconds=settings.dead_after)
         self._turns: dict[str, Turn] = {}
         self._background: set[asyncio.Task[None]] = set()
-
-    @property
-    def dead_after(self) -> timedelta:
-        return timedelta(seconds=self.settings.dead_after)
+        self.heartbeats = (
+            HeartbeatBatcher(
+                stores.supervision,
+                interval=settings.heartbeat_interval,
+                dead_after=self.dead_after,
+                clock=clock,
+            )
+            if stores.supervision is not None
+            else None
+        )
 
     # ------------------------------------------------------------ starting
 
@@ -151,6 +159,7 @@ class ChatHandler:
             clock=self.clock,
             lease=lease,
             buffer=ChatStreamBuffer(first_index),
+            heartbeats=self.heartbeats,
         )
         self._turns[message_id] = turn
         task = turn.start()
@@ -325,7 +334,11 @@ class ChatHandler:
             message_id,
             clock=self.clock,
             dead_after=self.dead_after,
-            poll_interval=self.settings.follower_poll_interval,
+            poll_interval=(
+                self.settings.follower_push_fallback_interval
+                if has_push(recording)
+                else self.settings.follower_poll_interval
+            ),
             pace_interval=self.settings.follower_pace_interval,
             flush_interval=self.settings.recording_flush_interval,
         )
@@ -455,3 +468,5 @@ class ChatHandler:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.heartbeats is not None:
+            await self.heartbeats.aclose()

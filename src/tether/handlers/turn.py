@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
+from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
 from tether.adapters.stream_buffer.lease import Lease, LeaseLostError
 from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd
 from tether.domain.agent_dependency import ResumableAgentDependency
@@ -60,6 +61,7 @@ class Turn:
         clock: Clock,
         lease: Lease | None,
         buffer: ChatStreamBuffer,
+        heartbeats: HeartbeatBatcher | None = None,
     ) -> None:
         self.request = request
         self.setup = setup
@@ -72,6 +74,7 @@ class Turn:
         self._clock = clock
         self.lease = lease
         self.buffer = buffer
+        self._heartbeats = heartbeats
         self._resumables: list[ResumableAgentDependency] = []
         self._checkpoint_lock = asyncio.Lock()
         self._flushed_index = -1
@@ -149,6 +152,8 @@ class Turn:
                 raise LeaseLostError(self.message_id) from None
             return self._stop_reason
         finally:
+            if self.lease is not None and self._heartbeats is not None:
+                self._heartbeats.release(self.lease)
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -255,7 +260,10 @@ class Turn:
             return []
         loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
         if self.lease is not None:
-            loops.append(self._heartbeat_loop)
+            # The replica's batcher renews this lease with all the others, each
+            # second; a refused renewal fences this turn alone.
+            assert self._heartbeats is not None, "a leased turn needs the heartbeat batcher"
+            self._heartbeats.hold(self.lease, lambda: self.stop(StreamEnd("gone")))
         if self._stores.recording is not None:
             loops.append(self._flush_loop)
         if self._stores.agent_state is not None and self._resumables:
@@ -272,11 +280,6 @@ class Turn:
         except Exception:
             logger.exception("turn %s: worker %s failed", self.message_id, loop.__name__)
             self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.heartbeat_interval)
-            await self._renew()
 
     async def _renew(self) -> None:
         """Renew the lease. A store outage is retried; one longer than the dead

@@ -123,7 +123,7 @@ class LocalFileChatConversationStore(ChatConversationStore):
         cursor: str | None = None,
     ) -> ConversationPage:
         """The requester's own conversations in ``tenant``, most recently updated first."""
-        directory = child_path(self._base, _PREFIX, encode_component(tenant))
+        directory = child_path(self._base, encode_component(_PREFIX), encode_component(tenant))
         owner = normalize_owner(requester_uuid)
         records = await run_in_thread(_scan, directory)
         return page(

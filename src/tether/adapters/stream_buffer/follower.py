@@ -125,7 +125,12 @@ class RecordingFollower:
                         yield StreamEvent(final.index, final.message)
                 yield end
                 return
-            await asyncio.sleep(self._poll_interval)
+            # Push where the backend has it (PostgreSQL NOTIFY, Redis pub/sub);
+            # the default implementation sleeps, which makes this a poll.
+            k = self._key
+            await self._recording.wait_for_change(
+                k.tenant, k.requester_uuid, k.session_id, self._poll_interval
+            )
 
     async def _paced(
         self, sent: ChatMessage | None, sent_index: int, record: RecordedStreamEvent
@@ -150,6 +155,11 @@ class RecordingFollower:
         if row.is_dead(self._clock(), self._dead_after):
             return StreamEnd("dead")
         return None
+
+
+def has_push(recording: ChatStreamRecordingStore) -> bool:
+    """Whether the store wakes followers itself (it overrides ``wait_for_change``)."""
+    return type(recording).wait_for_change is not ChatStreamRecordingStore.wait_for_change
 
 
 def _is_regression(sent: ChatMessage | None, new: ChatMessage) -> bool:

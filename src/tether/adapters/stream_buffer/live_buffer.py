@@ -8,8 +8,9 @@ end whether or not anyone is reading.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tether.domain.chat_message import ChatMessage
 
@@ -20,6 +21,8 @@ class StreamEvent:
 
     index: int
     message: ChatMessage
+    published_at: float = field(default_factory=time.monotonic, compare=False)
+    """When the producer published it (monotonic clock): for lag measurements."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 A state machine claims, heartbeats, takes over and deletes supervision rows, and
 puts and deletes recordings at lower, equal and higher epochs, on two
 conversations sharing a session id in two tenants. After every step the stores
-must equal a ten-line model of the seed's rules, and no write may be accepted at
-an epoch below one already accepted (design invariant 1).
+must equal a small model of the seed's rules, and no write may be accepted at an
+epoch below one already accepted (design invariant 1; a deleted row or record
+starts over, since nothing remains to fence against).
 
 Provide both stores as factories (zero-argument callables; see ``StoreFactory``)::
 
@@ -61,7 +62,8 @@ class _StreamStoresMachine(RuleBasedStateMachine):
         self._keys = [(tenant, "user", "session"), (f"{tenant}-other", "user", "session")]
         self._rows: list[ChatStreamSupervision | None] = [None, None]
         self._records: list[RecordedStreamEvent | None] = [None, None]
-        # Highest epoch accepted since the row / record last came into being.
+        # Highest epoch accepted since the row / record last came into being: the
+        # fence of design invariant 1, checked on every accepted write.
         self._row_floor = [0, 0]
         self._record_floor = [0, 0]
         self._step = 0

@@ -1,0 +1,95 @@
+"""The replica's heartbeat batcher: one round trip for all leases, fencing per lease."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
+from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
+from tether.adapters.stream_buffer.lease import ConversationKey, claim
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    SupervisionSwap,
+)
+
+
+class CountingStore(InMemoryChatStreamSupervisionStore):
+    """The real in-memory store, counting batch calls and able to go down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+        self.down = False
+
+    async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        if self.down:
+            raise ConnectionError("store unreachable")
+        self.batches.append(len(swaps))
+        return await super().compare_and_swap_many(swaps)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+async def _leases(store: CountingStore, clock: Clock, count: int) -> list:  # type: ignore[type-arg]
+    return [
+        await claim(store, ConversationKey("t", "u", f"s{i}"), f"m{i}", clock, timedelta(seconds=3))
+        for i in range(count)
+    ]
+
+
+async def test_one_batch_renews_every_lease() -> None:
+    store, clock = CountingStore(), Clock()
+    batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
+    leases = await _leases(store, clock, 50)
+    for lease in leases:
+        batcher.hold(lease, lambda: None)
+    clock.now += timedelta(seconds=1)
+    await batcher.beat()
+    assert store.batches == [50]
+    for i in range(50):
+        row = await store.read("t", "u", f"s{i}")
+        assert row is not None and row.heartbeat_at == clock.now and row.epoch == 1
+    await batcher.aclose()
+
+
+async def test_a_refused_renewal_fences_only_its_own_turn() -> None:
+    store, clock = CountingStore(), Clock()
+    batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
+    first, second = await _leases(store, clock, 2)
+    lost: list[str] = []
+    batcher.hold(first, lambda: lost.append("first"))
+    batcher.hold(second, lambda: lost.append("second"))
+    takeover = ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING, heartbeat_at=clock.now, message_id="m0", epoch=2
+    )
+    assert await store.compare_and_swap("t", "u", "s0", 1, takeover)
+    await batcher.beat()
+    assert lost == ["first"] and first.lost and not second.lost
+    assert (await store.read("t", "u", "s0")) == takeover  # the successor's row is untouched
+    await batcher.beat()
+    assert store.batches == [2, 1]
+    await batcher.aclose()
+
+
+async def test_an_outage_keeps_leases_until_they_could_be_dead() -> None:
+    store, clock = CountingStore(), Clock()
+    batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
+    (lease,) = await _leases(store, clock, 1)
+    lost: list[bool] = []
+    batcher.hold(lease, lambda: lost.append(True))
+    store.down = True
+    clock.now += timedelta(seconds=2)
+    await batcher.beat()
+    assert not lost and not lease.lost
+    clock.now += timedelta(seconds=2)  # 4 s unrenewed: another replica may own it now
+    await batcher.beat()
+    assert lost == [True] and lease.lost
+    await batcher.aclose()
