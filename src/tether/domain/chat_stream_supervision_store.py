@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,11 +100,17 @@ class ChatStreamSupervisionStore(ABC):
 
         Optional: lets a replica renew the heartbeats of all its turns in one
         round trip each second. Each swap keeps its own epoch guard; the batch
-        is not a transaction across rows. The default runs them one by one.
+        is not a transaction across rows. The default runs the swaps
+        concurrently (they touch different rows), so a slow store delays a
+        batch by one operation's latency, not by the sum of them.
         """
-        return [
-            await self.compare_and_swap(
-                s.tenant, s.requester_uuid, s.session_id, s.expected_epoch, s.supervision
+        return list(
+            await asyncio.gather(
+                *(
+                    self.compare_and_swap(
+                        s.tenant, s.requester_uuid, s.session_id, s.expected_epoch, s.supervision
+                    )
+                    for s in swaps
+                )
             )
-            for s in swaps
-        ]
+        )

@@ -1,0 +1,134 @@
+"""Many concurrent streamed turns of the offline model on one replica.
+
+All stores on one backend; every turn stateful (claimed, heartbeated,
+recorded, checkpointed) with one live reader each. Reports the delay from the
+producer's yield to the reader's event (median, p99, against a 50 ms target)
+and the longest gap between two renewals of any lease (a gap over the dead
+threshold would be a false "dead" verdict).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._backends import backend_url, close_all, open_bundle
+from bench._stats import summary
+from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
+from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
+from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
+from tether.adapters.stream_buffer.live_buffer import StreamEvent
+from tether.cli.load_chat_agent_factory import from_string
+from tether.cli.server_app import example_project_dir
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.message_bus import MessageBus
+from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.turn_stores import TurnStores
+from tether.settings import TetherSettings
+
+
+def _registries(directory: Path, chunks_per_second: float, answer_chunks: int) -> Any:
+    setups = directory / "agent_setups.json"
+    llm = {
+        "seed": 3,
+        "chunks_per_second": chunks_per_second,
+        "chunk_size": 3,
+        "answer_chunks": answer_chunks,
+    }
+    agent = {"agent_identifier": "bench", "agent_name": "long-writer"}
+    setups.write_text(
+        json.dumps(
+            [{**agent, "llm_configuration_name": "offline", "agent_configuration": {"llm": llm}}]
+        )
+    )
+    return LocalAgentRegistriesFactory(
+        agent_setup_retriever=AgentSetupRetrieverFromFile(file_path=str(setups)),
+        chat_agent_class_registry=from_string(str(example_project_dir() / "agents")),
+        agent_dependency_registry=AgentDependencyRegistry,
+    )
+
+
+async def measure(
+    backend: str, turns: int, chunks_per_second: float = 10, answer_chunks: int = 50
+) -> dict[str, Any]:
+    settings = TetherSettings(finished_turn_grace=1.0)
+    with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
+        bundle, opened = await open_bundle(url)
+        kwargs = bundle.setup_kwargs()  # type: ignore[attr-defined]
+        stores = TurnStores(
+            agent_state=kwargs["agent_state_store"],
+            recording=kwargs["chat_stream_recording_store"],
+            supervision=kwargs["chat_stream_supervision_store"],
+            conversation=kwargs["chat_conversation_store"],
+        )
+        handler = ChatHandler(
+            _registries(Path(directory), chunks_per_second, answer_chunks),
+            stores,
+            settings,
+            MessageBus(),
+        )
+        delays: list[float] = []
+        gaps = _instrument_gaps(handler)
+        try:
+            started = time.monotonic()
+            running = [asyncio.ensure_future(_one_turn(handler, i, delays)) for i in range(turns)]
+            outcomes = await asyncio.gather(*running, return_exceptions=True)
+            elapsed = time.monotonic() - started
+        finally:
+            await handler.shutdown()
+            await close_all(opened)
+    failures = [o for o in outcomes if isinstance(o, BaseException) or o != "done"]
+    return {
+        "turns": turns,
+        "completed": turns - len(failures),
+        "elapsed_s": elapsed,
+        "delay": summary(delays),
+        "max_renewal_gap_s": max(gaps, default=float("nan")),
+        "false_dead": sum(1 for gap in gaps if gap > settings.dead_after),
+        "failures": [repr(f) for f in failures[:3]],
+    }
+
+
+def _instrument_gaps(handler: ChatHandler) -> list[float]:
+    """Record, for every renewal, how long the lease had gone unrenewed (from when
+    it was taken or last renewed), including renewals that came too late."""
+    gaps: list[float] = []
+    batcher = handler.heartbeats
+    if batcher is None:
+        return gaps
+    original = batcher.beat
+
+    async def beat() -> None:
+        # A row's heartbeat is as old as the last renewal that has *landed*: measure
+        # from the previous renewal to the moment this batch's writes are done.
+        before = {key: held.renewed_at for key, held in batcher._held.items()}
+        await original()
+        landed = handler.clock()
+        gaps.extend((landed - renewed).total_seconds() for renewed in before.values())
+
+    batcher.beat = beat  # type: ignore[method-assign]
+    return gaps
+
+
+async def _one_turn(handler: ChatHandler, i: int, delays: list[float]) -> str:
+    request = ChatRequest(
+        tenant="bench",
+        request_headers=RequestHeaders(requester_uuid="u"),
+        agent_identifier="bench",
+        conversation=[ChatMessage(sender=ChatMessageSender.USER, content=f"Write about {i}")],
+        stateful=True,
+        session_id=f"s{i}",
+    )
+    turn = await handler.start_turn(request)
+    reason = "?"
+    async for item in turn.buffer.follow(0):
+        if isinstance(item, StreamEvent):
+            delays.append(time.monotonic() - item.published_at)
+        else:
+            reason = item.reason
+    return reason

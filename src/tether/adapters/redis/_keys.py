@@ -1,0 +1,57 @@
+"""Where each row lives: the key layout under a configurable prefix.
+
+A conversation is ``{tenant}:{requester}:{session}`` with every part
+percent-encoded (UTF-8, nothing but ``A-Za-z0-9_.-~`` left as is), so no part
+contains a ``:`` and the three parts always split back apart: ids with colons,
+percent signs, NUL bytes or newlines cannot collide, and the keys stay readable
+in ``redis-cli``. The rows of one conversation are then::
+
+    {prefix}agent-state:{conversation}          string, the checkpoint JSON
+    {prefix}stream-supervision:{conversation}   hash: epoch, message_id, row, token
+    {prefix}stream-recording:{conversation}     hash: epoch, message_id, event
+
+and every write to a supervision row or recording publishes ``{conversation}``
+on the one channel ``{prefix}changes``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+DEFAULT_PREFIX = "tether:"
+
+
+def encode_part(value: str) -> str:
+    """``value`` percent-encoded: injective, and free of ``:``.
+
+    ``surrogatepass`` keeps even a lone surrogate (which strict UTF-8 refuses)
+    storable and distinct.
+    """
+    return quote(value.encode("utf-8", "surrogatepass"), safe="")
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """The keys and the change channel under one prefix (used verbatim)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    @property
+    def channel(self) -> str:
+        """The pub/sub channel every supervision and recording write announces on."""
+        return f"{self.prefix}changes"
+
+    def conversation(self, tenant: str, requester_uuid: str | None, session_id: str) -> str:
+        """The escaped conversation id; a missing requester is ``""``."""
+        parts = (tenant, requester_uuid or "", session_id)
+        return ":".join(encode_part(part) for part in parts)
+
+    def agent_state(self, conversation: str) -> str:
+        return f"{self.prefix}agent-state:{conversation}"
+
+    def supervision(self, conversation: str) -> str:
+        return f"{self.prefix}stream-supervision:{conversation}"
+
+    def recording(self, conversation: str) -> str:
+        return f"{self.prefix}stream-recording:{conversation}"

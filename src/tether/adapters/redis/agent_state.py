@@ -1,0 +1,71 @@
+"""Agent state checkpoints on Redis: one JSON string per conversation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tether.adapters.redis._store import RedisStore, corrupt
+from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
+
+
+class RedisChatAgentStateStore(RedisStore, ChatAgentStateStore):
+    """``ChatAgentStateStore`` on Redis: ``{prefix}agent-state:{conversation}``.
+
+    ``save`` is one ``SET`` (atomic: a reader gets the old blob or the new one),
+    ``delete`` one ``DEL``; the last save wins, which is the contract. No TTL by
+    default: a checkpoint also serves stateful follow-ups long after its turn,
+    and the runtime deletes what it no longer needs. With ``state_ttl`` set on
+    the connection, every save (re)sets that expiry instead.
+
+    Durability is the server's: ``save`` returns once Redis has the blob in
+    memory. It survives a Redis restart only as far as the server's persistence
+    is configured (``appendonly yes`` with ``appendfsync everysec`` loses at most
+    about a second; RDB snapshots alone lose everything since the last one; no
+    persistence loses all), and a failover to a replica can lose the writes not
+    yet replicated. Choose the server configuration for the loss you can accept.
+    """
+
+    async def load(self, tenant: str, user_uuid: str | None, session_id: str) -> DependencyState:
+        """The saved state, or ``{}``; a damaged value raises ``StoreCorruptedError``."""
+        key = self._key(tenant, user_uuid, session_id)
+        with self._connection.translate_errors("load agent state"):
+            raw = await self._connection.client.get(key)
+        if raw is None:
+            return {}
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise corrupt(key, f"is not valid JSON ({error})") from error
+        if not _is_state(document):
+            raise corrupt(key, "does not hold {state_key: object} checkpoint state")
+        return document  # type: ignore[no-any-return]
+
+    async def save(
+        self, tenant: str, user_uuid: str | None, session_id: str, state: DependencyState
+    ) -> None:
+        """Replace the saved state with ``state`` (``TypeError`` if it is not JSON
+        of the shape ``{state_key: dict}``)."""
+        if not _is_state(state):
+            raise TypeError("agent state must be a dict of {state_key: dict blob}")
+        document = json.dumps(state, separators=(",", ":"))
+        key = self._key(tenant, user_uuid, session_id)
+        with self._connection.translate_errors("save agent state"):
+            # A plain SET also clears an expiry left by an earlier state_ttl.
+            await self._connection.client.set(key, document, ex=self._connection.state_ttl)
+
+    async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
+        """Remove the saved state; a no-op when nothing exists."""
+        key = self._key(tenant, user_uuid, session_id)
+        with self._connection.translate_errors("delete agent state"):
+            await self._connection.client.delete(key)
+
+    def _key(self, tenant: str, user_uuid: str | None, session_id: str) -> str:
+        layout = self._connection.keys
+        return layout.agent_state(layout.conversation(tenant, user_uuid, session_id))
+
+
+def _is_state(document: Any) -> bool:
+    return isinstance(document, dict) and all(
+        isinstance(key, str) and isinstance(blob, dict) for key, blob in document.items()
+    )

@@ -1,0 +1,29 @@
+-- Store a recording unless the stored one has a higher epoch (the fence).
+--
+-- KEYS[1]   the record (hash: epoch, message_id, event JSON)
+-- ARGV[1]   epoch (decimal, within +-2^53 so Lua numbers compare it exactly)
+-- ARGV[2]   message_id        ARGV[3]   the event JSON
+-- ARGV[4]   TTL in seconds, refreshed on every put
+-- ARGV[5]   the change channel
+-- ARGV[6]   the conversation, published when the record is written
+--
+-- Returns {1, epoch} when written, {0, stored epoch} when fenced.
+
+local stored = redis.call('HGET', KEYS[1], 'epoch')
+if stored == false then
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.error_reply('CORRUPT recording without an epoch: ' .. KEYS[1])
+  end
+else
+  local current = tonumber(stored)
+  if current == nil then
+    return redis.error_reply('CORRUPT recording epoch ' .. stored .. ': ' .. KEYS[1])
+  end
+  if tonumber(ARGV[1]) < current then
+    return {0, stored}
+  end
+end
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'message_id', ARGV[2], 'event', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[6])
+return {1, ARGV[1]}

@@ -1,0 +1,109 @@
+"""Supervision rows on Redis: epoch compare-and-swap and guarded delete, each one Lua script."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from tether.adapters.redis._store import RedisStore, corrupt, parse_row
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamSupervision,
+    ChatStreamSupervisionStore,
+    SupervisionSwap,
+)
+
+
+class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
+    """``ChatStreamSupervisionStore`` on Redis, correct for any number of replicas.
+
+    One hash per conversation, ``{prefix}stream-supervision:{conversation}``
+    (fields ``epoch``, ``message_id``, ``row`` JSON, ``token``). The check and
+    the write of ``compare_and_swap`` and ``delete`` are one Lua script each, so
+    no other client's command can come between them. Every write sets the
+    connection's ``stream_ttl`` on the row (a running turn renews it with every
+    heartbeat; the rows of finished or abandoned turns expire) and publishes the
+    conversation on the change channel, which wakes followers on any replica.
+
+    A call the client resends after losing the reply (the driver retries once on
+    a timeout) recognises its own earlier write by a per-call token and reports
+    it as written, instead of refusing it as a stale epoch.
+    """
+
+    async def compare_and_swap(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        expected_epoch: int | None,
+        supervision: ChatStreamSupervision,
+    ) -> bool:
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
+        (written,) = await self._swap([swap])
+        return written
+
+    async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        """All ``swaps`` in ONE round trip: one script call over all their keys.
+
+        The script decides each swap by its own epoch guard, in order (a later
+        swap of the same row sees the earlier one's write), exactly as the same
+        calls one by one would; it is not a transaction across rows. Results
+        are in the order of ``swaps``.
+
+        Redis Cluster caveat: a script may only touch keys of one hash slot, and
+        these keys carry no hash tag, so on a cluster this call would fail with
+        CROSSSLOT. This backend takes a standalone (or Sentinel-managed)
+        ``redis.asyncio.Redis``; a cluster port would group swaps by slot and
+        send one script call per group (or a pipeline of single-key calls).
+        """
+        if not swaps:
+            return []
+        return await self._swap(swaps)
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChatStreamSupervision | None:
+        """The current row, or None. One HMGET: the row is never torn."""
+        key = self._key(tenant, requester_uuid, session_id)
+        with self._connection.translate_errors("read a supervision row"):
+            epoch, document = await self._connection.client.hmget(key, ["epoch", "row"])
+        if epoch is None and document is None:
+            return None
+        if epoch is None or document is None:
+            raise corrupt(key, "is a supervision row missing its epoch or row field")
+        return parse_row(ChatStreamSupervision, document, epoch, key)
+
+    async def delete(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_id: str,
+        epoch: int,
+    ) -> None:
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        layout = self._connection.keys
+        conversation = layout.conversation(tenant, requester_uuid, session_id)
+        args: list[str | int] = [message_id, str(epoch), layout.channel, conversation]
+        with self._connection.translate_errors("delete a supervision row"):
+            await self._connection.scripts.supervision_delete(
+                layout.supervision(conversation), args
+            )
+
+    async def _swap(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        layout = self._connection.keys
+        keys: list[str] = []
+        args: list[str | int] = [self._connection.stream_ttl, layout.channel, uuid.uuid4().hex]
+        for swap in swaps:
+            conversation = layout.conversation(swap.tenant, swap.requester_uuid, swap.session_id)
+            row = swap.supervision
+            keys.append(layout.supervision(conversation))
+            expected = "" if swap.expected_epoch is None else str(swap.expected_epoch)
+            args += [expected, str(row.epoch), row.message_id, row.model_dump_json(), conversation]
+        with self._connection.translate_errors("compare-and-swap a supervision row"):
+            written = await self._connection.scripts.supervision_cas(keys, args)
+        return [int(flag) == 1 for flag in written]
+
+    def _key(self, tenant: str, requester_uuid: str | None, session_id: str) -> str:
+        layout = self._connection.keys
+        return layout.supervision(layout.conversation(tenant, requester_uuid, session_id))

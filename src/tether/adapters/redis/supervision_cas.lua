@@ -1,0 +1,50 @@
+-- Compare-and-swap of supervision rows: one swap, or a batch in one round trip.
+--
+-- A row is a hash: epoch (decimal), message_id, row (the JSON document), token.
+-- Each swap is decided on its own, in order, so a batch behaves exactly like the
+-- same swaps made one by one; it is not a transaction across rows.
+--
+-- KEYS[i]   the row of swap i
+-- ARGV[1]   TTL in seconds, set on every row written (rows of dead turns expire)
+-- ARGV[2]   the change channel
+-- ARGV[3]   a token unique to this call
+-- ARGV[4 + 5 * (i - 1) + n] for swap i:
+--   n = 0  the expected epoch, '' for "only if no row exists"
+--   n = 1  the new epoch      n = 2  the new message_id     n = 3  the new row JSON
+--   n = 4  the conversation, published on the channel when the row is written
+--
+-- Returns one integer per swap: 1 written, 0 refused.
+
+local ttl, channel, call = ARGV[1], ARGV[2], ARGV[3]
+local written = {}
+for i, key in ipairs(KEYS) do
+  local at = 4 + 5 * (i - 1)
+  local expected = ARGV[at]
+  local token = call .. '#' .. i
+  local stored = redis.call('HMGET', key, 'epoch', 'token')
+  local matches
+  if stored[2] == token then
+    -- The client resent this very call after losing its reply (a retry on a
+    -- timeout): the row is this swap's own write, so report it as written.
+    matches = true
+  elseif stored[1] == false then
+    if redis.call('EXISTS', key) == 1 then
+      return redis.error_reply('CORRUPT supervision row without an epoch: ' .. key)
+    end
+    matches = expected == ''
+  else
+    -- Decimal strings written by the same client: string equality is exact for
+    -- any integer, where a Lua number would round beyond 2^53.
+    matches = stored[1] == expected
+  end
+  if matches then
+    redis.call('HSET', key, 'epoch', ARGV[at + 1], 'message_id', ARGV[at + 2],
+      'row', ARGV[at + 3], 'token', token)
+    redis.call('EXPIRE', key, ttl)
+    redis.call('PUBLISH', channel, ARGV[at + 4])
+    written[i] = 1
+  else
+    written[i] = 0
+  end
+end
+return written
