@@ -354,3 +354,48 @@ async def test_a_follow_up_that_dies_before_its_first_checkpoint_resumes_its_own
     assert resumed.status_code == 201
     answers = [content for content, _ in _bot_answers(await _transcript(client, two, session))]
     assert answers == [expected_first, expected_follow_up]
+
+
+async def test_sigterm_drains_hands_off_and_resume_completes(
+    replicas: Replicas, client: httpx2.AsyncClient
+) -> None:
+    reference = await _reference(client, replicas, PROMPT)
+    runs_before = replicas.tool_runs()
+    session = _session()
+    one, two = replicas.one.url, replicas.two.url
+    read = await _start(client, one, PROMPT, session)
+    await read.until(has_completed_tool)
+    terminated_at = time.monotonic()
+    replicas.one.signal(signal.SIGTERM)
+    await read.finished(within=10)
+    # Readers of the draining replica are told to resume elsewhere...
+    assert read.verdict() == "dead"
+    # ...and the row reads dead as soon as the drain grace (2 s) is over, not
+    # after the 3 s it takes an unrenewed heartbeat to age.
+    await _wait_status(client, two, session, "dead", within=1.0)
+    assert time.monotonic() - terminated_at < 2.0 + 1.0
+    assert replicas.one.process is not None
+    # uvicorn re-raises the signal after its graceful shutdown: dying "of" SIGTERM
+    # once everything is handed off is the convention; anything else is a crash.
+    assert replicas.one.process.wait(timeout=10) in (0, -signal.SIGTERM)
+    resumed = await _resume(client, two, read.message_id, session)
+    assert resumed.status_code == 201
+    assert _bot_answers(await _transcript(client, two, session)) == reference
+    assert replicas.tool_runs() - runs_before == 1
+
+
+async def test_a_draining_replica_refuses_new_turns(
+    replicas: Replicas, client: httpx2.AsyncClient
+) -> None:
+    session = _session()
+    read = await _start(client, replicas.one.url, PROMPT, session)
+    await read.until(lambda r: len(r.messages) >= 3)
+    replicas.one.signal(signal.SIGTERM)
+    await asyncio.sleep(0.3)  # inside the drain grace: the replica is still up
+    ready = await client.get(f"{replicas.one.url}/probes/ready")
+    refused = await client.post(
+        f"{replicas.one.url}/chat/stream?tenant=t", json=_body(PROMPT, _session())
+    )
+    assert ready.status_code == 503
+    assert refused.status_code == 503 and refused.json()["code"] == "DRAINING"
+    await read.finished(within=10)

@@ -35,6 +35,9 @@ class TetherSettings:
     """A turn running longer than this ends errored (TURN_TIMEOUT)."""
     finished_turn_grace: float = 60.0
     """How long a finished turn stays attachable before its rows are cleaned up."""
+    drain_grace: float = 2.0
+    """On SIGTERM, running turns get this long to finish before they are
+    checkpointed and handed off (their rows read as dead at once)."""
     max_body_bytes: int = 1_000_000
     """Request bodies over this size are refused with 413."""
 

@@ -81,7 +81,6 @@ def setup_app(
     app.state.stores = stores
     app.state.mcp_oauth_store = mcp_oauth_store
     app.state.mcp_oauth_token_client = mcp_oauth_token_client
-    app.state.draining = False
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(TurnRequestError)

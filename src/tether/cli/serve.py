@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from tether.cli.draining_server import DrainingServer
 from tether.cli.server_app import build_app
 from tether.settings import settings_from_env
 from tether.stores import STORE_NAMES, compose
@@ -62,4 +63,5 @@ def serve_command(
         conversation=conversation_store,
     ).without(without or [])
     app = build_app(project_dir, stores=stores, settings=settings_from_env())
-    uvicorn.run(app, host=host, port=port, log_level=log_level)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+    DrainingServer(config, app).run()

@@ -36,6 +36,7 @@ from tether.domain.turn_context import TurnContext
 from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
+    DrainingError,
     NotOwnerError,
     StorageNotConfiguredError,
     TurnGoneError,
@@ -88,6 +89,7 @@ class ChatHandler:
         self.bus = bus
         self.clock = clock
         self.dead_after = timedelta(seconds=settings.dead_after)
+        self.draining = False
         self._turns: dict[str, Turn] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.heartbeats = (
@@ -106,6 +108,8 @@ class ChatHandler:
     async def start_turn(
         self, request: ChatRequest, *, resume_message_id: str | None = None
     ) -> Turn:
+        if self.draining:
+            raise DrainingError("this replica is shutting down; retry on another")
         setup = await self._checked_setup(request)
         resuming = resume_message_id is not None
         if request.stateful:
@@ -457,6 +461,22 @@ class ChatHandler:
         task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------------ shutdown
+
+    async def drain(self) -> None:
+        """Graceful drain (SIGTERM): take no new turns, let running ones finish
+        within ``drain_grace``, then hand the rest off so they read as dead at
+        once and a client can resume them on another replica."""
+        self.draining = True
+        running = [t.task for t in self._turns.values() if t.task is not None and not t.task.done()]
+        if running:
+            await asyncio.wait(running, timeout=self.settings.drain_grace)
+        await asyncio.gather(
+            *(
+                turn.hand_off()
+                for turn in list(self._turns.values())
+                if turn.task is not None and not turn.task.done()
+            )
+        )
 
     async def shutdown(self) -> None:
         """Stop every local turn and background task (the process is exiting)."""

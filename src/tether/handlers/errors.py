@@ -61,3 +61,8 @@ class TurnGoneError(TurnRequestError):
 class NotImplementedByStoreError(TurnRequestError):
     status_code = 501
     code = "NOT_IMPLEMENTED_BY_STORE"
+
+
+class DrainingError(TurnRequestError):
+    status_code = 503
+    code = "DRAINING"

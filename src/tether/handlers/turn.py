@@ -83,6 +83,7 @@ class Turn:
         self._last_renewal = clock()
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
+        self._handing_off = False
 
     # ----------------------------------------------------------------- life
 
@@ -123,6 +124,30 @@ class Turn:
             except Exception:
                 logger.warning("turn %s: closing %r failed", self.message_id, dep, exc_info=True)
 
+    async def hand_off(self) -> None:
+        """Stop now and leave the turn for another replica to resume (graceful
+        drain): checkpoint, flush, mark the row dead, and tell readers ``dead``."""
+        self._handing_off = True
+        self.stop(StreamEnd("dead"))
+        if self.task is not None:
+            await asyncio.wait([self.task])
+
+    async def _leave_for_resume(self) -> None:
+        if self.lease is None or self.lease.lost:
+            return
+        if self._heartbeats is not None:
+            self._heartbeats.release(self.lease)
+        try:
+            await self._flush()
+            await self.checkpoint()
+            await self.lease.abandon()
+        except LeaseLostError:
+            pass  # someone else owns it already: nothing of ours to leave
+        except Exception:
+            logger.exception(
+                "turn %s: hand-off incomplete; it will read dead in time", self.message_id
+            )
+
     def stop(self, end: StreamEnd) -> None:
         """Stop producing now (cancel, fence, drain); ``end`` is what readers hear."""
         if self._stop_reason is None:
@@ -150,6 +175,8 @@ class Turn:
                 raise
             if self._stop_reason.reason == "gone":
                 raise LeaseLostError(self.message_id) from None
+            if self._handing_off:
+                await self._leave_for_resume()
             return self._stop_reason
         finally:
             if self.lease is not None and self._heartbeats is not None:

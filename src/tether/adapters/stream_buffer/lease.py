@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
@@ -18,6 +18,9 @@ from tether.domain.chat_stream_supervision_store import (
 )
 
 Clock = Callable[[], datetime]
+
+
+_LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class LeaseLostError(Exception):
@@ -57,9 +60,12 @@ class Lease:
         self._clock = clock
         self.lost = False
 
-    async def _swap(self, status: ChatStreamStatus) -> bool:
+    async def _swap(self, status: ChatStreamStatus, heartbeat_at: datetime | None = None) -> bool:
         row = ChatStreamSupervision(
-            status=status, heartbeat_at=self._clock(), message_id=self.message_id, epoch=self.epoch
+            status=status,
+            heartbeat_at=heartbeat_at or self._clock(),
+            message_id=self.message_id,
+            epoch=self.epoch,
         )
         k = self.key
         return await self.store.compare_and_swap(
@@ -80,6 +86,16 @@ class Lease:
             raise LeaseLostError(self.message_id)
         if not await self._swap(status):
             self.lost = True
+            raise LeaseLostError(self.message_id)
+
+    async def abandon(self) -> None:
+        """Hand the turn off: a RUNNING row with a heartbeat from long ago reads as
+        dead to every reader at once, so a resume elsewhere need not wait out the
+        dead threshold. The lease is given up either way."""
+        if self.lost:
+            raise LeaseLostError(self.message_id)
+        self.lost = True
+        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO):
             raise LeaseLostError(self.message_id)
 
     async def release(self) -> None:

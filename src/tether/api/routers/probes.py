@@ -17,6 +17,6 @@ async def alive() -> dict[str, str]:
 @router.get("/probes/ready")
 async def ready(request: Request) -> JSONResponse:
     """The server takes new turns (false while it drains)."""
-    if getattr(request.app.state, "draining", False):
+    if request.app.state.chat_handler.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
     return JSONResponse({"status": "ready"})
