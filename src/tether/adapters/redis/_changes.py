@@ -24,6 +24,7 @@ from contextlib import suppress
 
 import redis.asyncio
 from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class ChangeFeed:
     async def _listen(self) -> None:
         delay = _RETRY_FIRST
         heard_before = False
+        reported = False  # one warning per outage, not one per reconnect attempt
         while True:
             pubsub = self._client.pubsub()
             try:
@@ -110,15 +112,19 @@ class ChangeFeed:
                         if heard_before:
                             logger.info("change feed of %s is back", self._name)
                             self._wake_all()
-                        heard_before = True
+                        heard_before, reported = True, False
                         delay = _RETRY_FIRST
             except Exception as error:
                 # Never let the feed die: waiters fall back to polling meanwhile.
-                logger.warning(
+                expected = isinstance(error, RedisError | OSError | _Silent)
+                logger.log(
+                    logging.DEBUG if reported else logging.WARNING,
                     "change feed of %s lost (%s); followers poll until it is back",
                     self._name,
                     error,
+                    exc_info=not expected,
                 )
+                reported = True
             finally:
                 with suppress(Exception):
                     await pubsub.aclose()

@@ -62,11 +62,9 @@ def parse_row(model: type[_M], document: bytes | str, epoch: bytes | str, key: s
         row = model.model_validate_json(document)
         matches = getattr(row, "epoch", None) == int(epoch)
     except (ValidationError, ValueError) as error:
-        raise StoreCorruptedError(f"Redis key {_shown(key)} holds no valid row: {error}; left as is") from error
+        raise corrupt(key, f"holds no valid row ({error})") from error
     if not matches:
-        raise StoreCorruptedError(
-            f"Redis key {_shown(key)}: the row's epoch differs from its epoch field; left as is"
-        )
+        raise corrupt(key, "holds a row whose epoch differs from its epoch field")
     return row
 
 

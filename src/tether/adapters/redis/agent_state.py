@@ -39,7 +39,7 @@ class RedisChatAgentStateStore(RedisStore, ChatAgentStateStore):
             raise corrupt(key, f"is not valid JSON ({error})") from error
         if not _is_state(document):
             raise corrupt(key, "does not hold {state_key: object} checkpoint state")
-        return document  # type: ignore[no-any-return]
+        return document
 
     async def save(
         self, tenant: str, user_uuid: str | None, session_id: str, state: DependencyState

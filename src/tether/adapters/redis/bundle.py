@@ -12,9 +12,10 @@ from tether.stores import StoreBundle
 def stores_from_url(url: str) -> StoreBundle:
     """State, recording and supervision stores sharing one ``RedisConnection``.
 
-    No conversation store: transcripts must be durable and listable, which is a
-    SQL backend's job; combine this bundle with one (``tether serve`` can take a
-    store URL per store). Nothing connects until ``setup_app`` opens the stores.
+    No conversation store (None): transcripts must be durable and listable,
+    which is a SQL backend's job; pair Redis with one, e.g. ``tether serve
+    --store sqlite:///... --stream-store redis://...`` (``tether.stores.compose``).
+    Nothing connects until ``setup_app`` opens the stores.
     """
     connection = RedisConnection.from_url(url)
     return StoreBundle(

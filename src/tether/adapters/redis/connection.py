@@ -8,18 +8,7 @@ from types import TracebackType
 from typing import Self
 
 import redis.asyncio
-from redis.exceptions import (
-    ClusterDownError,
-    ReadOnlyError,
-    RedisError,
-    ResponseError,
-)
-from redis.exceptions import (
-    ConnectionError as RedisConnectionError,
-)
-from redis.exceptions import (
-    TimeoutError as RedisTimeoutError,
-)
+import redis.exceptions
 
 from tether.adapters.redis._changes import ChangeFeed
 from tether.adapters.redis._keys import DEFAULT_PREFIX, KeyLayout
@@ -30,7 +19,13 @@ from tether.stores import StoreURLError
 
 # Errors that mean "the server cannot serve us right now", not "we asked wrongly":
 # connection loss, timeouts, a replica that became read-only in a failover.
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, ClusterDownError, OSError)
+_UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    OSError,
+)
 
 
 class RedisConnection:
@@ -151,7 +146,7 @@ class RedisConnection:
             raise StoreUnavailableError(
                 f"Redis at {self.name} is unavailable: cannot {action}: {error}"
             ) from error
-        except ResponseError as error:
+        except redis.exceptions.ResponseError as error:
             # WRONGTYPE: something else wrote the key; CORRUPT: our scripts found a
             # row they did not write. Neither is treated as empty or overwritten.
             if str(error).startswith(("WRONGTYPE", "CORRUPT")):
@@ -159,7 +154,7 @@ class RedisConnection:
                     f"Redis at {self.name}: cannot {action}: {error}; left as is"
                 ) from error
             raise StoreError(f"Redis at {self.name}: cannot {action}: {error}") from error
-        except RedisError as error:
+        except redis.exceptions.RedisError as error:
             raise StoreError(f"Redis at {self.name}: cannot {action}: {error}") from error
 
     def _check_not_closed(self, action: str) -> None:

@@ -1,0 +1,516 @@
+"""The store contract kit over the Redis stores, plus what only Redis promises.
+
+Needs a Redis server (``redis_url``: a fresh key prefix per test). The outage
+test starts its own ``redis-server`` on a free port so it can kill and restart it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+import redis
+import redis.asyncio
+
+from tests.support.servers import free_port
+from tether.adapters.redis import (
+    RedisChatAgentStateStore,
+    RedisChatStreamRecordingStore,
+    RedisChatStreamSupervisionStore,
+    RedisConnection,
+    stores_from_url,
+)
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    SupervisionSwap,
+)
+from tether.domain.store_errors import StoreCorruptedError, StoreUnavailableError
+from tether.stores import StoreURLError, from_url
+from tether.testing.contracts import (
+    ChatAgentStateStoreContract,
+    ChatStreamRecordingCrossProcessContract,
+    ChatStreamRecordingStoreContract,
+    ChatStreamStoresStateMachineContract,
+    ChatStreamSupervisionCrossProcessContract,
+    ChatStreamSupervisionStoreContract,
+    StoreFactory,
+)
+
+pytestmark = pytest.mark.redis
+
+
+# Factories the cross-process contract pickles: top level, so a spawned child can
+# import them and build its own store (and connection) from the URL.
+def _supervision_store(url: str) -> RedisChatStreamSupervisionStore:
+    return RedisChatStreamSupervisionStore.from_url(url)
+
+
+def _recording_store(url: str) -> RedisChatStreamRecordingStore:
+    return RedisChatStreamRecordingStore.from_url(url)
+
+
+@pytest.fixture(params=["redis"])
+def backend_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    return redis_url
+
+
+@pytest.fixture
+async def connection(backend_url: str) -> AsyncIterator[RedisConnection]:
+    async with RedisConnection.from_url(backend_url) as connection:
+        yield connection
+
+
+class TestRedisAgentStateStore(ChatAgentStateStoreContract):
+    @pytest.fixture
+    def store(self, connection: RedisConnection) -> RedisChatAgentStateStore:
+        return RedisChatAgentStateStore(connection)
+
+
+class TestRedisSupervisionStore(ChatStreamSupervisionStoreContract):
+    @pytest.fixture
+    def store(self, connection: RedisConnection) -> RedisChatStreamSupervisionStore:
+        return RedisChatStreamSupervisionStore(connection)
+
+
+class TestRedisRecordingStore(ChatStreamRecordingStoreContract):
+    @pytest.fixture
+    def store(self, connection: RedisConnection) -> RedisChatStreamRecordingStore:
+        return RedisChatStreamRecordingStore(connection)
+
+
+class TestRedisStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
+    @pytest.fixture
+    def supervision_store_factory(self, backend_url: str) -> StoreFactory:
+        return functools.partial(_supervision_store, backend_url)
+
+    @pytest.fixture
+    def recording_store_factory(self, backend_url: str) -> StoreFactory:
+        return functools.partial(_recording_store, backend_url)
+
+
+class TestRedisStoresAcrossProcesses(
+    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
+):
+    @pytest.fixture
+    def supervision_store_factory(self, backend_url: str) -> StoreFactory:
+        return functools.partial(_supervision_store, backend_url)
+
+    @pytest.fixture
+    def recording_store_factory(self, backend_url: str) -> StoreFactory:
+        return functools.partial(_recording_store, backend_url)
+
+
+# Redis-only guarantees ---------------------------------------------------------------
+
+
+def _row(epoch: int, message_id: str = "m-1") -> ChatStreamSupervision:
+    return ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING,
+        heartbeat_at=datetime(2030, 1, 1, tzinfo=UTC),
+        message_id=message_id,
+        epoch=epoch,
+    )
+
+
+def _event(epoch: int, text: str = "so far", message_id: str = "m-1") -> RecordedStreamEvent:
+    message = ChatMessage(sender=ChatMessageSender.BOT, content=text)
+    return RecordedStreamEvent(index=0, message=message, message_id=message_id, epoch=epoch)
+
+
+def _with_query(url: str, **parameters: str) -> str:
+    return url + "".join(f"&{name}={value}" for name, value in parameters.items())
+
+
+def _prefix(url: str) -> str:
+    return parse_qs(urlsplit(url).query)["prefix"][0]
+
+
+def _server_url(url: str) -> str:
+    return urlsplit(url)._replace(query="").geturl()
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client on the test server, for looking at keys directly."""
+    client = redis.Redis.from_url(_server_url(redis_url))
+    yield client
+    client.close()
+
+
+def _keys(client: redis.Redis, pattern: str) -> list[str]:
+    return sorted(key.decode() for key in client.scan_iter(match=pattern, count=500))
+
+
+_Stores = tuple[
+    RedisChatAgentStateStore, RedisChatStreamRecordingStore, RedisChatStreamSupervisionStore
+]
+
+
+def _stores(url: str) -> _Stores:
+    """The three stores ``tether.stores.from_url`` builds for ``url``."""
+    bundle = from_url(url)
+    assert bundle.chat_conversation_store is None
+    state = bundle.agent_state_store
+    recording = bundle.chat_stream_recording_store
+    supervision = bundle.chat_stream_supervision_store
+    assert isinstance(state, RedisChatAgentStateStore)
+    assert isinstance(recording, RedisChatStreamRecordingStore)
+    assert isinstance(supervision, RedisChatStreamSupervisionStore)
+    return state, recording, supervision
+
+
+async def test_from_url_serves_three_stores_on_one_connection_and_no_conversations(
+    redis_url: str,
+) -> None:
+    state, recording, supervision = _stores(redis_url)
+    assert state.connection is recording.connection is supervision.connection
+    for store in (state, recording, supervision):  # as setup_app does: each opened once
+        await store.open()
+    await supervision.compare_and_swap("t", "u", "s", None, _row(1))
+    assert await supervision.read("t", "u", "s") == _row(1)
+    for store in (state, recording, supervision):
+        await store.aclose()
+    await state.aclose()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        await supervision.read("t", "u", "s")
+
+
+async def test_key_prefixes_keep_deployments_apart(redis_url: str) -> None:
+    other_url = redis_url.replace(f"prefix={_prefix(redis_url)}", f"prefix={_prefix(redis_url)}b:")
+    one, two = _stores(redis_url), _stores(other_url)
+    try:
+        for (state, recording, supervision), epoch in ((one, 1), (two, 5)):
+            await state.save("t", "u", "s", {"dep": {"epoch": epoch}})
+            assert await supervision.compare_and_swap("t", "u", "s", None, _row(epoch))
+            await recording.put("t", "u", "s", _event(epoch))
+        for (state, recording, supervision), epoch in ((one, 1), (two, 5)):
+            assert await state.load("t", "u", "s") == {"dep": {"epoch": epoch}}
+            assert await supervision.read("t", "u", "s") == _row(epoch)
+            assert await recording.read("t", "u", "s") == _event(epoch)
+        # Nor do they hear each other's changes.
+        await two[1].wait_for_change("warm", "up", "feed", 0.3)
+        waiting = asyncio.create_task(two[1].wait_for_change("t", "u", "s", 0.4))
+        await asyncio.sleep(0.05)
+        await one[1].put("t", "u", "s", _event(2))
+        assert await waiting is False
+    finally:
+        await one[0].aclose()
+        await two[0].aclose()
+
+
+async def test_stream_rows_expire_and_every_write_renews_the_ttl(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    prefix = _prefix(redis_url)
+    async with RedisConnection.from_url(_with_query(redis_url, stream_ttl="123")) as connection:
+        supervision = RedisChatStreamSupervisionStore(connection)
+        recording = RedisChatStreamRecordingStore(connection)
+        state = RedisChatAgentStateStore(connection)
+        await supervision.compare_and_swap("t", "u", "s", None, _row(1))
+        await recording.put("t", "u", "s", _event(1))
+        await state.save("t", "u", "s", {"dep": {}})
+        stream_keys = _keys(raw, f"{prefix}stream-*")
+        assert len(stream_keys) == 2
+        for key in stream_keys:
+            assert 100 < raw.ttl(key) <= 123
+            raw.expire(key, 5)
+        (state_key,) = _keys(raw, f"{prefix}agent-state:*")
+        assert raw.ttl(state_key) == -1  # checkpoints never expire by default
+        # A heartbeat and a put renew what an idle row would lose.
+        assert await supervision.compare_and_swap("t", "u", "s", 1, _row(1, "m-1"))
+        await recording.put("t", "u", "s", _event(1, "more"))
+        for key in stream_keys:
+            assert 100 < raw.ttl(key) <= 123
+        # A refused write renews nothing.
+        raw.expire(stream_keys[0], 5)
+        raw.expire(stream_keys[1], 5)
+        assert not await supervision.compare_and_swap("t", "u", "s", 7, _row(8))
+        assert all(raw.ttl(key) <= 5 for key in stream_keys)
+    async with RedisConnection.from_url(_with_query(redis_url, state_ttl="77")) as connection:
+        await RedisChatAgentStateStore(connection).save("t", "u", "s", {"dep": {}})
+        assert 70 < raw.ttl(state_key) <= 77
+
+
+@pytest.mark.parametrize(
+    "url_suffix", ["stream_ttl=0", "stream_ttl=-5", "stream_ttl=1.5", "state_ttl=soon"]
+)
+def test_bad_ttl_parameters_are_refused(redis_url: str, url_suffix: str) -> None:
+    with pytest.raises(StoreURLError, match=url_suffix.split("=")[0]):
+        RedisConnection.from_url(f"{redis_url}&{url_suffix}")
+
+
+async def test_ids_with_separators_and_escapes_do_not_collide(
+    connection: RedisConnection, raw: redis.Redis
+) -> None:
+    triples = [
+        ("a:b", "c", "d"),
+        ("a", "b:c", "d"),
+        ("a", "b", "c:d"),
+        ("a", "", "b:c:d"),
+        ("a:b:c", "", "d"),
+        ("a%3Ab", "c", "d"),
+        ("a%253Ab", "c", "d"),
+        ("a", "b", "c"),
+        ("a", "b", "c\x00"),
+        ("A", "b", "c"),
+    ]
+    supervision = RedisChatStreamSupervisionStore(connection)
+    recording = RedisChatStreamRecordingStore(connection)
+    state = RedisChatAgentStateStore(connection)
+    for number, triple in enumerate(triples, start=1):
+        assert await supervision.compare_and_swap(*triple, None, _row(number))
+        await recording.put(*triple, _event(number))
+        await state.save(*triple, {"dep": {"number": number}})
+    for number, triple in enumerate(triples, start=1):
+        assert await supervision.read(*triple) == _row(number)
+        assert await recording.read(*triple) == _event(number)
+        assert await state.load(*triple) == {"dep": {"number": number}}
+    prefix = connection.keys.prefix
+    for kind in ("stream-supervision", "stream-recording", "agent-state"):
+        assert len(_keys(raw, f"{prefix}{kind}:*")) == len(triples)
+    assert f"{prefix}stream-supervision:a%3Ab:c:d" in _keys(raw, f"{prefix}stream-supervision:*")
+
+
+class _CountingRedis(redis.asyncio.Redis):
+    """Records the name of every command sent."""
+
+    sent: list[str]
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.sent.append(str(args[0]))
+        return await super().execute_command(*args, **options)
+
+
+async def test_compare_and_swap_many_decides_each_swap_in_one_round_trip(
+    redis_url: str,
+) -> None:
+    client = cast(_CountingRedis, _CountingRedis.from_url(_server_url(redis_url)))
+    client.sent = []
+    async with RedisConnection(client, prefix=_prefix(redis_url), owns_client=True) as connection:
+        store = RedisChatStreamSupervisionStore(connection)
+        await store.compare_and_swap("t", "u", "a", None, _row(1, "a"))
+        await store.compare_and_swap("t", "u", "b", None, _row(3, "b"))
+        swaps = [
+            SupervisionSwap("t", "u", "a", 1, _row(2, "a-takeover")),  # right epoch
+            SupervisionSwap("t", "u", "b", 2, _row(3, "b-stale")),  # wrong epoch
+            SupervisionSwap("t", "u", "c", None, _row(1, "c")),  # claim, no row
+            SupervisionSwap("t", "u", "d", 5, _row(6, "d")),  # epoch, no row
+            SupervisionSwap("t", "u", "a", 1, _row(2, "a-late")),  # fenced by the first
+            SupervisionSwap("t", "u", "a", 2, _row(2, "a-heartbeat")),  # sees the first
+        ]
+        client.sent.clear()
+        results = await store.compare_and_swap_many(swaps)
+        assert client.sent == ["EVALSHA"]
+        assert results == [True, False, True, False, False, True]
+        assert await store.read("t", "u", "a") == _row(2, "a-heartbeat")
+        assert await store.read("t", "u", "b") == _row(3, "b")
+        assert await store.read("t", "u", "c") == _row(1, "c")
+        assert await store.read("t", "u", "d") is None
+        client.sent.clear()
+        assert await store.compare_and_swap_many([]) == []
+        assert client.sent == []
+
+
+class _ResendingRedis(redis.asyncio.Redis):
+    """Sends every script call twice and answers with the second reply: what the
+    driver does when the first reply is lost to a timeout and it retries."""
+
+    async def execute_command(self, *args: Any, **options: Any) -> Any:
+        result = await super().execute_command(*args, **options)
+        if args[0] == "EVALSHA":
+            result = await super().execute_command(*args, **options)
+        return result
+
+
+async def test_a_resent_compare_and_swap_recognises_its_own_write(redis_url: str) -> None:
+    client = _ResendingRedis.from_url(_server_url(redis_url))
+    async with RedisConnection(client, prefix=_prefix(redis_url), owns_client=True) as connection:
+        store = RedisChatStreamSupervisionStore(connection)
+        assert await store.compare_and_swap("t", "u", "s", None, _row(1))
+        assert await store.compare_and_swap("t", "u", "s", 1, _row(2, "takeover"))
+        assert await store.read("t", "u", "s") == _row(2, "takeover")
+        # Another call, even with an identical row, is still fenced.
+        assert not await store.compare_and_swap("t", "u", "s", 1, _row(2, "takeover"))
+        assert not await store.compare_and_swap("t", "u", "s", None, _row(9, "other"))
+        assert await store.compare_and_swap_many(
+            [
+                SupervisionSwap("t", "u", "s", 2, _row(3, "x")),
+                SupervisionSwap("t", "u", "s", 2, _row(4, "y")),
+            ]
+        ) == [True, False]
+        assert await store.read("t", "u", "s") == _row(3, "x")
+
+
+async def test_wait_for_change_wakes_on_writes_from_another_connection(redis_url: str) -> None:
+    async with (
+        RedisChatStreamRecordingStore.from_url(redis_url) as follower,
+        RedisChatStreamRecordingStore.from_url(redis_url) as producer,
+        RedisChatStreamSupervisionStore.from_url(redis_url) as supervisor,
+    ):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        assert await follower.wait_for_change("warm", "up", "feed", 0.3) is False
+        assert 0.3 <= loop.time() - started < 0.6
+
+        async def woken_by(write: Any) -> float:
+            waiting = asyncio.create_task(follower.wait_for_change("t", "u", "s", 5.0))
+            await asyncio.sleep(0.05)
+            written_at = loop.time()
+            await write
+            assert await waiting is True
+            return loop.time() - written_at
+
+        assert await woken_by(producer.put("t", "u", "s", _event(1))) < 0.5
+        assert await woken_by(supervisor.compare_and_swap("t", "u", "s", None, _row(1))) < 0.5
+        assert await woken_by(producer.delete("t", "u", "s", "m-1")) < 0.5
+        assert await woken_by(supervisor.delete("t", "u", "s", "m-1", 1)) < 0.5
+        # Refused writes and other conversations' writes announce nothing here.
+        await producer.put("t", "u", "s", _event(4))
+        waiting = asyncio.create_task(follower.wait_for_change("t", "u", "s", 0.4))
+        await asyncio.sleep(0.05)
+        assert not await supervisor.compare_and_swap("t", "u", "s", 3, _row(4))
+        await producer.put("t", "u", "other", _event(1))
+        await producer.delete("t", "u", "s", "someone-else")
+        assert await waiting is False
+        assert await follower.wait_for_change("t", "u", "s", 0) is False
+
+
+async def test_an_unreachable_server_fails_open_naming_the_url_without_password() -> None:
+    url = "redis://tether:s3cret@127.0.0.1:1/0?prefix=x:"
+    bundle = stores_from_url(url)
+    store = bundle.chat_stream_supervision_store
+    assert isinstance(store, RedisChatStreamSupervisionStore)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.open()
+    assert time.monotonic() - started < 2.0
+    assert "redis://tether@127.0.0.1:1/0" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)
+    with pytest.raises(StoreUnavailableError, match=re.escape("127.0.0.1:1")):
+        await store.read("t", "u", "s")
+    await store.aclose()
+
+
+async def test_foreign_or_damaged_values_raise_and_are_left_alone(
+    connection: RedisConnection, raw: redis.Redis
+) -> None:
+    supervision = RedisChatStreamSupervisionStore(connection)
+    recording = RedisChatStreamRecordingStore(connection)
+    state = RedisChatAgentStateStore(connection)
+    await supervision.compare_and_swap("t", "u", "s", None, _row(1))
+    await recording.put("t", "u", "s", _event(1))
+    await state.save("t", "u", "s", {"dep": {}})
+    prefix = connection.keys.prefix
+    (row_key,) = _keys(raw, f"{prefix}stream-supervision:*")
+    (record_key,) = _keys(raw, f"{prefix}stream-recording:*")
+    (state_key,) = _keys(raw, f"{prefix}agent-state:*")
+    raw.delete(row_key)
+    raw.set(row_key, "not a hash")
+    raw.hset(record_key, "event", '{"torn": ')
+    raw.set(state_key, "[1, 2]")
+    for operation in (
+        supervision.read("t", "u", "s"),
+        supervision.compare_and_swap("t", "u", "s", None, _row(2)),
+        supervision.delete("t", "u", "s", "m-1", 1),
+        recording.read("t", "u", "s"),
+        state.load("t", "u", "s"),
+    ):
+        with pytest.raises(StoreCorruptedError, match="left as is"):
+            await operation
+    assert raw.get(row_key) == b"not a hash"
+    assert raw.hget(record_key, "event") == b'{"torn": '
+    raw.hdel(record_key, "epoch")
+    with pytest.raises(StoreCorruptedError, match="left as is"):
+        await recording.put("t", "u", "s", _event(2))
+
+
+class _RedisServer:
+    """A private redis-server this test may kill and restart on the same port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+        command += ["--save", "", "--appendonly", "no"]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+@pytest.fixture
+def private_server() -> Iterator[_RedisServer]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = _RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+async def test_an_outage_fails_calls_promptly_and_everything_recovers_after_it(
+    private_server: _RedisServer,
+) -> None:
+    url = f"redis://127.0.0.1:{private_server.port}/0?prefix=outage:"
+    async with (
+        RedisChatStreamRecordingStore.from_url(url) as follower,
+        RedisChatStreamRecordingStore.from_url(url) as producer,
+    ):
+        await producer.put("t", "u", "s", _event(1))
+        assert await follower.wait_for_change("warm", "up", "feed", 0.3) is False
+        loop = asyncio.get_running_loop()
+        waiting = asyncio.create_task(follower.wait_for_change("t", "u", "s", 10.0))
+        await asyncio.to_thread(private_server.kill)
+        started = loop.time()
+        with pytest.raises(StoreUnavailableError, match="unavailable"):
+            await producer.read("t", "u", "s")
+        assert loop.time() - started < 1.0
+        await asyncio.to_thread(private_server.start)
+        # The pool reconnects by itself (the restarted server kept nothing).
+        assert await producer.read("t", "u", "s") is None
+        # The feed resubscribes and wakes its waiters: changes may have been missed.
+        assert await asyncio.wait_for(waiting, 5.0) is True
+        deadline = loop.time() + 5.0
+        while loop.time() < deadline:
+            waiting = asyncio.create_task(follower.wait_for_change("t", "u", "s", 0.5))
+            await asyncio.sleep(0.05)
+            await producer.put("t", "u", "s", _event(2))
+            if await waiting:
+                break
+        else:
+            pytest.fail("the change feed did not come back within 5 s")
