@@ -9,11 +9,13 @@ follow-up turn dies before its first checkpoint.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -29,6 +31,8 @@ from tests.support.replicas import (
     started,
 )
 from tests.support.servers import ServerProcess
+from tests.support.services import redis_prefix
+from tether.stores import StoreBundle, compose
 
 pytestmark = pytest.mark.processes
 
@@ -36,21 +40,63 @@ ALICE = {"requester-uuid": "alice"}
 PROMPT = "Tell me about rivers and the towns along them."
 
 
-@pytest.fixture(scope="module", params=["file"])
-def store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"file://{tmp_path_factory.mktemp('store')}"
+@dataclass(frozen=True)
+class Backend:
+    """Where both replicas keep their stores: one URL, and maybe a stream override."""
+
+    store_url: str
+    stream_url: str | None = None
+
+    def serve_args(self) -> list[str]:
+        return ["--stream-store", self.stream_url] if self.stream_url else []
+
+    @contextlib.asynccontextmanager
+    async def stores(self) -> AsyncIterator[StoreBundle]:
+        """The same stores, opened from the test process, to inspect raw rows."""
+        bundle = compose(self.store_url, stream=self.stream_url)
+        distinct = {id(s): s for s in bundle.setup_kwargs().values() if s is not None}
+        for store in distinct.values():
+            if hasattr(store, "open"):
+                await store.open()
+        try:
+            yield bundle
+        finally:
+            for store in distinct.values():
+                if hasattr(store, "aclose"):
+                    await store.aclose()
+
+
+@pytest.fixture(scope="module", params=["file", "sqlite", "redis-streams"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Backend]:
+    directory = tmp_path_factory.mktemp("store")
+    if request.param == "file":
+        yield Backend(f"file://{directory}")
+    elif request.param == "sqlite":
+        yield Backend(f"sqlite:///{directory}/tether.db")
+    elif request.param == "redis-streams":
+        with redis_prefix() as redis_url:
+            yield Backend(f"file://{directory}", stream_url=redis_url)
+    else:
+        raise AssertionError(request.param)
 
 
 @pytest.fixture(scope="module")
-def cluster(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
+def cluster(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     root = tmp_path_factory.mktemp("replicas")
-    # 100 chunks at 20/s: a 5 s answer, with one calculator call after 5 chunks.
+    # 64 chunks at 30/s: a 2 s answer, with one calculator call after 5 chunks.
     project = make_project(
-        root / "project", chunks_per_second=20, answer_chunks=100, tool_call_after_chunks=5
+        root / "project", chunks_per_second=30, answer_chunks=64, tool_call_after_chunks=5
     )
     env = {"TETHER_TEST_TOOL_LOG": str(root / "tools.log"), "TETHER_FINISHED_TURN_GRACE": "60"}
-    one = ServerProcess(project, store_url=store_url, env=env, log_path=root / "one.log")
-    two = ServerProcess(project, store_url=store_url, env=env, log_path=root / "two.log")
+    args = backend.serve_args()
+    one = ServerProcess(
+        project, store_url=backend.store_url, env=env, log_path=root / "one.log", extra_args=args
+    )
+    two = ServerProcess(
+        project, store_url=backend.store_url, env=env, log_path=root / "two.log", extra_args=args
+    )
     replicas = Replicas(one.start(), two.start(), root / "tools.log")
     yield replicas
     one.stop()
@@ -234,7 +280,7 @@ async def test_sigkill_then_resume_on_another_replica(
 
 
 async def test_a_stopped_producer_is_fenced_and_writes_nothing(
-    replicas: Replicas, client: httpx2.AsyncClient, store_url: str
+    replicas: Replicas, client: httpx2.AsyncClient, backend: Backend
 ) -> None:
     reference = await _reference(client, replicas, PROMPT)
     session = _session()
@@ -261,18 +307,14 @@ async def test_a_stopped_producer_is_fenced_and_writes_nothing(
     status = await _status(client, two, session)
     assert status == after_resume and status["status"] == "done"
     assert _bot_answers(await _transcript(client, two, session)) == reference
-    stores = _raw_stores(store_url)
-    record = await stores.chat_stream_recording_store.read("t", "alice", session)
-    assert record is not None and record.epoch == status["epoch"]
-    assert record.message.content == reference[-1][0]
-    state = await stores.agent_state_store.load("t", "alice", session)
-    assert state["__turn__"]["epoch"] == status["epoch"]
-
-
-def _raw_stores(store_url: str) -> Any:
-    from tether.stores import from_url
-
-    return from_url(store_url)
+    async with backend.stores() as stores:
+        assert stores.chat_stream_recording_store is not None
+        assert stores.agent_state_store is not None
+        record = await stores.chat_stream_recording_store.read("t", "alice", session)
+        assert record is not None and record.epoch == status["epoch"]
+        assert record.message.content == reference[-1][0]
+        state = await stores.agent_state_store.load("t", "alice", session)
+        assert state["__turn__"]["epoch"] == status["epoch"]
 
 
 async def test_busy_conversation_and_resume_verdicts(

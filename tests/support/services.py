@@ -6,6 +6,7 @@ Without a server the tests skip, saying how to start one; with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -42,9 +43,9 @@ def _with_database(url: str, database: str) -> str:
     return f"{base}/{database}"
 
 
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh, empty database, dropped after the test."""
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh, empty database (its URL), dropped afterwards."""
     psycopg = pytest.importorskip("psycopg")
     name = f"tether_test_{uuid.uuid4().hex[:16]}"
     try:
@@ -61,16 +62,17 @@ def postgres_url() -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture
-def redis_url() -> Iterator[str]:
+@contextlib.contextmanager
+def redis_prefix() -> Iterator[str]:
     """The Redis URL with a unique ``prefix`` query parameter; its keys are
-    deleted after the test."""
+    deleted afterwards."""
     redis = pytest.importorskip("redis")
     prefix = f"tether-test-{uuid.uuid4().hex[:12]}:"
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
     try:
         client.ping()
     except redis.RedisError as error:
+        client.close()
         unavailable("Redis", REDIS_HOW, error)
         raise
     separator = "&" if "?" in REDIS_URL else "?"
@@ -80,3 +82,17 @@ def redis_url() -> Iterator[str]:
         for key in client.scan_iter(match=f"{prefix}*", count=500):
             client.delete(key)
         client.close()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty database for one test."""
+    with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    """A key prefix of its own for one test."""
+    with redis_prefix() as url:
+        yield url

@@ -8,12 +8,13 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from tether.api.auth import AuthMode, build_authenticator
 from tether.cli.draining_server import DrainingServer
 from tether.cli.server_app import build_app
 from tether.settings import settings_from_env
 from tether.stores import STORE_NAMES, compose
 
-DEFAULT_STORE_URL = "file://.tether"
+DEFAULT_STORE_URL = "sqlite:///.tether/tether.db"
 
 
 def serve_command(
@@ -27,7 +28,10 @@ def serve_command(
         str,
         typer.Option(
             envvar="TETHER_STORE",
-            help="Where every store lives: file://DIR (shared by processes) or memory://.",
+            help=(
+                "Where every store lives: sqlite:///FILE (default), file://DIR, "
+                "postgresql://..., redis://... (no conversation store), memory://."
+            ),
         ),
     ] = DEFAULT_STORE_URL,
     stream_store: Annotated[
@@ -54,6 +58,55 @@ def serve_command(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    auth: Annotated[
+        AuthMode,
+        typer.Option(
+            envvar="TETHER_AUTH",
+            help="Who is asking: 'headers' set by a trusted gateway, or a verified 'jwt'.",
+        ),
+    ] = AuthMode.HEADERS,
+    jwt_secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_JWT_SECRET",
+            help="HS256 shared secret, at least 32 bytes (prefer the variable: flags show in ps).",
+            show_default=False,
+        ),
+    ] = None,
+    jwt_public_key: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TETHER_JWT_PUBLIC_KEY",
+            help="PEM public key or certificate (RS256, ES256/384/512 or EdDSA).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    jwt_jwks: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="TETHER_JWT_JWKS", help="JSON Web Key Set file.", exists=True, dir_okay=False
+        ),
+    ] = None,
+    jwt_audience: Annotated[
+        str | None, typer.Option(envvar="TETHER_JWT_AUDIENCE", help="Required 'aud' of tokens.")
+    ] = None,
+    jwt_issuer: Annotated[
+        str | None, typer.Option(envvar="TETHER_JWT_ISSUER", help="Required 'iss' of tokens.")
+    ] = None,
+    jwt_requester_claim: Annotated[
+        str, typer.Option(envvar="TETHER_JWT_REQUESTER_CLAIM", help="Claim naming the requester.")
+    ] = "sub",
+    jwt_roles_claim: Annotated[
+        str, typer.Option(envvar="TETHER_JWT_ROLES_CLAIM", help="Claim listing the user's roles.")
+    ] = "roles",
+    jwt_tenants_claim: Annotated[
+        str,
+        typer.Option(
+            envvar="TETHER_JWT_TENANTS_CLAIM",
+            help="Claim listing the tenants the user may use (absent: any tenant).",
+        ),
+    ] = "tenants",
 ) -> None:
     """Serve the project's agents over HTTP. Settings come from TETHER_* variables."""
     stores = compose(
@@ -62,6 +115,26 @@ def serve_command(
         state=state_store,
         conversation=conversation_store,
     ).without(without or [])
-    app = build_app(project_dir, stores=stores, settings=settings_from_env())
+    try:
+        authenticator = build_authenticator(
+            auth,
+            secret=jwt_secret,
+            public_key_file=jwt_public_key,
+            jwks_file=jwt_jwks,
+            audience=jwt_audience,
+            issuer=jwt_issuer,
+            requester_claim=jwt_requester_claim,
+            roles_claim=jwt_roles_claim,
+            tenants_claim=jwt_tenants_claim,
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--auth") from error
+    app = build_app(
+        project_dir,
+        stores=stores,
+        settings=settings_from_env(),
+        authenticator=authenticator,
+        mcp_store_url=store,
+    )
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
     DrainingServer(config, app).run()

@@ -1,0 +1,258 @@
+"""Conversations as one durable row each, under the shared conversation rules."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import sqlite3
+from typing import Any
+
+from tether.adapters.conversation._record import (
+    Append,
+    Clock,
+    ConversationRecord,
+    stamp,
+    utc_now,
+)
+from tether.adapters.sqlite import _codec, queries
+from tether.adapters.sqlite._store import SQLiteStore
+from tether.adapters.sqlite.database import Lane, SQLiteDatabase
+from tether.domain.chat_conversation_store import (
+    ChatConversationStore,
+    ConversationPage,
+    ConversationSummary,
+    LastTurnStatus,
+    normalize_owner,
+)
+from tether.domain.chat_message import ChatMessage, ConversationContext
+from tether.domain.store_errors import StoreCorruptedError
+
+
+class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
+    """``ChatConversationStore`` in the ``conversation`` table, keyed by ``(tenant, session_id)``.
+
+    A row holds the whole conversation record (messages and metadata, so one
+    statement changes both) and, beside it, its listing summary with the owner
+    and ``updated_at`` as columns, so listing is an indexed query that never
+    parses a transcript. Ownership, appends and titles follow the rules the
+    other conversation stores share (``conversation._record``). Every write
+    reads, checks and writes inside one ``BEGIN IMMEDIATE`` transaction on the
+    durable lane, so it is atomic across processes and fsynced when it returns.
+    ``clock`` stamps ``created_at``/``updated_at``; it is read inside the write
+    transaction (from the database's thread), so stamps follow commit order.
+    """
+
+    def __init__(self, database: SQLiteDatabase, clock: Clock = utc_now) -> None:
+        super().__init__(database)
+        self._clock = clock
+
+    async def append_messages(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        user_agent_id: str | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> None:
+        """Append ``messages``, creating the conversation unless ``create_if_absent`` is False."""
+        change = Append(
+            tenant=tenant,
+            requester_uuid=requester_uuid,
+            session_id=session_id,
+            agent_identifier=agent_identifier,
+            messages=messages,
+            user_roles=user_roles,
+            user_tenants=user_tenants,
+            user_agent_id=user_agent_id,
+            bot_params=bot_params,
+            last_turn_status=last_turn_status,
+            create_if_absent=create_if_absent,
+            conversation_context=conversation_context,
+        )
+
+        def append(connection: sqlite3.Connection) -> None:
+            current = _read(connection, tenant, session_id)
+            updated = change.apply(current, stamp(self._clock))
+            if updated is not None:
+                _write(connection, updated)
+
+        await self._database.write(Lane.DURABLE, append)
+
+    async def set_last_turn_status(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        last_turn_status: LastTurnStatus,
+    ) -> None:
+        """Set the last turn's status (owner only); a no-op when no conversation exists."""
+
+        def set_status(connection: sqlite3.Connection) -> None:
+            record = _read(connection, tenant, session_id)
+            if record is None:
+                return
+            record.require_owner(requester_uuid)
+            record.last_turn_status = last_turn_status
+            record.updated_at = stamp(self._clock)
+            _write(connection, record)
+
+        await self._database.write(Lane.DURABLE, set_status)
+
+    async def get_transcript(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> list[ChatMessage]:
+        """The messages (owner, or anyone when shared); ``[]`` when missing."""
+        record = await self._database.read(
+            Lane.DURABLE, lambda c: _read_readable(c, tenant, requester_uuid, session_id)
+        )
+        return [] if record is None else record.messages
+
+    async def get_conversation(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ConversationSummary | None:
+        """The summary (owner, or anyone when shared); None when missing."""
+        record = await self._database.read(
+            Lane.DURABLE, lambda c: _read_readable(c, tenant, requester_uuid, session_id)
+        )
+        return None if record is None else record.summary()
+
+    async def list_conversations(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> ConversationPage:
+        """The requester's own conversations in ``tenant``, most recently updated
+        first, ties by session id; ``cursor`` continues after the page that gave it.
+        A malformed cursor or a limit below 1 raises ``ValueError``."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        values: dict[str, object] = {
+            "tenant": _codec.key(tenant),
+            "owner": _codec.key(normalize_owner(requester_uuid)),
+            "limit": limit + 1,
+        }
+        statement = queries.CONVERSATION_LIST_FIRST
+        if cursor is not None:
+            after_us, after_session = _decode_cursor(cursor)
+            values.update(after_us=after_us, after_session=_codec.key(after_session))
+            statement = queries.CONVERSATION_LIST_AFTER
+
+        def listing(connection: sqlite3.Connection) -> list[ConversationSummary]:
+            rows = connection.execute(statement, values).fetchall()
+            return [_summary(tenant, session, summary) for session, summary in rows]
+
+        summaries = await self._database.read(Lane.DURABLE, listing)
+        items = summaries[:limit]
+        next_cursor = _encode_cursor(items[-1]) if len(summaries) > limit else None
+        return ConversationPage(items=items, next_cursor=next_cursor)
+
+    async def set_shared(
+        self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool
+    ) -> None:
+        """Share or unshare (owner only); a no-op when no conversation exists."""
+
+        def share(connection: sqlite3.Connection) -> None:
+            record = _read(connection, tenant, session_id)
+            if record is None:
+                return
+            record.require_owner(requester_uuid)
+            record.shared = shared
+            _write(connection, record)
+
+        await self._database.write(Lane.DURABLE, share)
+
+    async def delete_conversation(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> bool:
+        """Remove the conversation (owner only); returns whether one existed."""
+
+        def delete(connection: sqlite3.Connection) -> bool:
+            record = _read(connection, tenant, session_id)
+            if record is None:
+                return False
+            record.require_owner(requester_uuid)
+            connection.execute(queries.CONVERSATION_DELETE, _where(tenant, session_id))
+            return True
+
+        return await self._database.write(Lane.DURABLE, delete)
+
+
+def _where(tenant: str, session_id: str) -> dict[str, bytes]:
+    return {"tenant": _codec.key(tenant), "session": _codec.key(session_id)}
+
+
+def _described(tenant: str, session_id: str) -> str:
+    return (
+        f"the conversation row of tenant {_codec.shown(tenant)}, session {_codec.shown(session_id)}"
+    )
+
+
+def _read(
+    connection: sqlite3.Connection, tenant: str, session_id: str
+) -> ConversationRecord | None:
+    found = connection.execute(queries.CONVERSATION_READ, _where(tenant, session_id)).fetchone()
+    if found is None:
+        return None
+    what = _described(tenant, session_id)
+    record = _codec.load_model(ConversationRecord, found[0], what)
+    if (record.tenant, record.session_id) != (tenant, session_id):
+        raise StoreCorruptedError(f"{what} holds another conversation's record; left as is")
+    return record
+
+
+def _read_readable(
+    connection: sqlite3.Connection, tenant: str, requester_uuid: str | None, session_id: str
+) -> ConversationRecord | None:
+    record = _read(connection, tenant, session_id)
+    if record is not None:
+        record.require_readable(requester_uuid)
+    return record
+
+
+def _write(connection: sqlite3.Connection, record: ConversationRecord) -> None:
+    connection.execute(
+        queries.CONVERSATION_UPSERT,
+        {
+            **_where(record.tenant, record.session_id),
+            "owner": _codec.key(record.owner_uuid),
+            "updated_us": _codec.microseconds(record.updated_at),
+            "record": _codec.dump_model(record),
+            "summary": _codec.dump_model(record.summary()),
+        },
+    )
+
+
+def _summary(tenant: str, session: object, raw: object) -> ConversationSummary:
+    what = _described(
+        tenant, _codec.text(session, f"a conversation row of tenant {_codec.shown(tenant)}")
+    )
+    return _codec.load_model(ConversationSummary, raw, what)
+
+
+# The cursor is the last listed item's position, (updated_at in microseconds,
+# session id), as base64url JSON: opaque to callers, exact for SQL comparison.
+
+
+def _encode_cursor(item: ConversationSummary) -> str:
+    position = [_codec.microseconds(item.updated_at), item.session_id]
+    return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        updated_us, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+    except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
+        raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
+    if type(updated_us) is not int or not isinstance(session_id, str):
+        raise ValueError(f"malformed conversation cursor: {cursor!r}")
+    return updated_us, session_id

@@ -1,0 +1,310 @@
+"""The SQLite database every store of this backend shares: two connections, two threads.
+
+Concurrency. The database file is shared by any number of processes on one
+host. It runs in WAL mode, so readers never wait for the writer; every write,
+read-then-write or not, is a ``BEGIN IMMEDIATE`` transaction, which takes the
+write lock before reading, so a check and the write it decides stay atomic
+across processes, and waiting for another process's lock goes through the busy
+timeout (default 5 s) instead of failing half-way. A timeout raises
+``StoreUnavailableError``.
+
+Threads. sqlite3 blocks, so nothing runs on the event loop: each connection
+lives in its own single-thread executor (a *lane*) and is only ever used there.
+One thread per connection rather than ``asyncio.to_thread`` with a connection
+per thread, because it gives a fixed number of connections, opened and closed
+deterministically by ``open``/``aclose`` (no connection left to the garbage
+collector, no ResourceWarning), keeps blocking lock waits out of the loop's
+shared default executor, and serializes each connection's work in submission
+order without any lock of ours.
+
+Durability. ``PRAGMA synchronous`` is per connection, so the lanes differ:
+
+- ``Lane.DURABLE`` (agent state, conversations) runs ``synchronous = FULL``: the
+  WAL is fsynced at every commit, so a checkpoint or transcript write survives
+  power loss once acknowledged.
+- ``Lane.STREAM`` (supervision rows, recordings) runs ``synchronous = NORMAL``:
+  commits are atomic and survive a process crash, but skip the fsync, since
+  heartbeats and recordings are rewritten every second and an OS crash takes
+  the host's producers down with them anyway.
+
+Mixing them in one WAL is safe: a FULL commit syncs the whole WAL up to itself,
+and checkpoints sync before the WAL is reused, so a NORMAL commit can only lose
+itself, never a durable commit before or after it. The two lanes also let a
+heartbeat proceed while a transcript write waits for its fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from types import TracebackType
+from typing import Self, TypeVar
+
+from tether.adapters.sqlite import queries
+from tether.adapters.sqlite._connection_thread import ConnectionThread, in_transaction
+from tether.adapters.sqlite._url import DEFAULT_BUSY_TIMEOUT, parse_url
+from tether.domain.store_errors import StoreError
+
+_T = TypeVar("_T")
+
+MINIMUM_SQLITE = (3, 37, 0)
+"""``STRICT`` tables (3.37) and upserts (3.24)."""
+
+
+class Lane(Enum):
+    """Which connection a store uses; see the module docstring for the difference."""
+
+    STREAM = "stream"
+    DURABLE = "durable"
+
+
+@dataclass(frozen=True)
+class SQLiteDiagnostics:
+    """What ``SQLiteDatabase.diagnostics`` reports, for probes and tests."""
+
+    path: str
+    sqlite_version: str
+    schema_version: int
+    journal_mode: str
+    synchronous: dict[Lane, int]
+    """``PRAGMA synchronous`` per lane: 1 is NORMAL, 2 is FULL."""
+
+
+class SQLiteDatabase:
+    """One SQLite file holding the tables of all four stores.
+
+    ``open`` creates missing parent directories and the file, switches it to WAL,
+    and applies the schema migrations it lacks (versioned by ``PRAGMA
+    user_version``; a file from a newer tether is refused). Opens nest:
+    every ``open`` (or ``async with``) needs one ``aclose``, and the connections
+    close with the last one, after the work already submitted. That lets each
+    store sharing the database open and close it on its own.
+
+    Use it from one event loop at a time. A cancelled call may still complete
+    in its lane: every write is one transaction, so it happens wholly or not.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        name: str | None = None,
+    ) -> None:
+        """``path`` is the database file (relative paths resolve now);
+        ``busy_timeout`` the seconds to wait for another process's write lock;
+        ``name`` how error messages name the database (default: the path)."""
+        self._path = Path(os.path.abspath(os.fspath(path)))
+        self._busy_timeout = busy_timeout
+        self._name = name or str(self._path)
+        self._holders = 0
+        self._opening: asyncio.Future[dict[Lane, ConnectionThread]] | None = None
+        self._lanes: dict[Lane, ConnectionThread] | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> Self:
+        """The database of ``sqlite:///relative.db`` or ``sqlite:////abs.db``
+        (``?busy_timeout=SECONDS``); error messages name the URL."""
+        parsed = parse_url(url)
+        return cls(parsed.path, busy_timeout=parsed.busy_timeout, name=url)
+
+    @property
+    def path(self) -> Path:
+        """The absolute path of the database file."""
+        return self._path
+
+    @property
+    def name(self) -> str:
+        """How messages name this database: its URL, or its path."""
+        return self._name
+
+    async def open(self) -> None:
+        """Take one hold on the database, connecting on the first.
+
+        Raises ``StoreError`` naming the database when the file cannot be
+        created or opened, is not a database, or has a newer schema.
+        """
+        opening = self._opening
+        if self._holders == 0 or opening is None:
+            opening = self._opening = asyncio.ensure_future(self._connect())
+        self._holders += 1
+        try:
+            # Shielded: one opener being cancelled must not abort the others' open.
+            self._lanes = await asyncio.shield(opening)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        """Release one hold; the last closes both connections. Extra calls are no-ops."""
+        if self._holders == 0:
+            return
+        self._holders -= 1
+        if self._holders:
+            return
+        opening, self._opening, self._lanes = self._opening, None, None
+        if opening is None:
+            return
+        try:
+            lanes = await asyncio.shield(opening)
+        except BaseException:
+            return  # nothing opened; the opener reports why
+        for lane in lanes.values():
+            await lane.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def read(self, lane: Lane, step: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``step`` on ``lane``'s connection in autocommit mode (for one SELECT,
+        which is its own consistent snapshot). sqlite3 errors leave as ``StoreError``."""
+        return await self._lane(lane).run(step)
+
+    async def write(self, lane: Lane, step: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``step`` inside ``BEGIN IMMEDIATE`` ... ``COMMIT`` on ``lane``.
+
+        An exception from ``step`` (a fence, an ownership refusal) rolls the
+        transaction back and propagates unchanged.
+        """
+        return await self._lane(lane).run(in_transaction(step))
+
+    async def diagnostics(self) -> SQLiteDiagnostics:
+        """The file's journal mode and schema version, and each lane's sync level."""
+        durable = self._lane(Lane.DURABLE)
+        mode, version, full = await durable.run(_durable_settings)
+        normal = await self._lane(Lane.STREAM).run(_synchronous)
+        return SQLiteDiagnostics(
+            path=str(self._path),
+            sqlite_version=sqlite3.sqlite_version,
+            schema_version=version,
+            journal_mode=mode,
+            synchronous={Lane.DURABLE: full, Lane.STREAM: normal},
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._name!r})"
+
+    def _lane(self, lane: Lane) -> ConnectionThread:
+        if self._lanes is None:
+            raise StoreError(
+                f"SQLite store {self._name} is not open: call open() (setup_app does) "
+                "or use it as `async with`"
+            )
+        return self._lanes[lane]
+
+    async def _connect(self) -> dict[Lane, ConnectionThread]:
+        if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
+            raise StoreError(
+                f"SQLite store {self._name}: needs SQLite "
+                f"{'.'.join(map(str, MINIMUM_SQLITE))} or newer, Python links "
+                f"{sqlite3.sqlite_version}"
+            )
+        durable = ConnectionThread(Lane.DURABLE.value, self._name)
+        stream = ConnectionThread(Lane.STREAM.value, self._name)
+        try:
+            # The durable connection creates the file and the schema first, so
+            # the stream connection only ever opens a ready database.
+            await durable.connect(self._connector(queries.SET_SYNCHRONOUS_FULL))
+            await durable.run(self._prepare)
+            await stream.connect(self._connector(queries.SET_SYNCHRONOUS_NORMAL))
+        except BaseException:
+            await durable.close()
+            await stream.close()
+            raise
+        return {Lane.DURABLE: durable, Lane.STREAM: stream}
+
+    def _connector(self, synchronous: str) -> Callable[[], sqlite3.Connection]:
+        def connect() -> sqlite3.Connection:
+            self._make_parents()
+            # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves.
+            connection = sqlite3.connect(
+                self._path, timeout=self._busy_timeout, isolation_level=None
+            )
+            try:
+                mode = connection.execute(queries.SET_JOURNAL_MODE_WAL).fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(
+                        f"SQLite store {self._name}: the file system refused WAL mode "
+                        f"(journal mode is {mode!r}); use a local disk"
+                    )
+                connection.execute(synchronous)
+            except BaseException:
+                connection.close()
+                raise
+            return connection
+
+        return connect
+
+    def _make_parents(self) -> None:
+        directory = self._path.parent
+        missing: list[Path] = []
+        current = directory
+        while not current.exists():
+            missing.append(current)
+            current = current.parent
+        try:
+            for created in reversed(missing):
+                created.mkdir(exist_ok=True)
+                # A new directory entry is only durable once its parent is synced.
+                _fsync_directory(created.parent)
+        except OSError as exc:
+            raise StoreError(
+                f"SQLite store {self._name}: cannot create the directory {directory}: {exc}"
+            ) from exc
+        if not directory.is_dir():
+            raise StoreError(f"SQLite store {self._name}: {directory} is not a directory")
+
+    def _prepare(self, connection: sqlite3.Connection) -> None:
+        in_transaction(self._migrate)(connection)
+        # The file and its WAL are new directory entries: sync the directory
+        # once, so a durable first write cannot lose the file that holds it.
+        _fsync_directory(self._path.parent)
+
+    def _migrate(self, connection: sqlite3.Connection) -> None:
+        (version,) = connection.execute(queries.READ_USER_VERSION).fetchone()
+        if version > queries.SCHEMA_VERSION:
+            raise StoreError(
+                f"SQLite store {self._name}: the schema is at version {version}, newer "
+                f"than this tether's {queries.SCHEMA_VERSION}; upgrade tether"
+            )
+        for migration in queries.MIGRATIONS[version:]:
+            for statement in migration:
+                connection.execute(statement)
+        if version < queries.SCHEMA_VERSION:
+            connection.execute(queries.set_user_version(queries.SCHEMA_VERSION))
+
+
+def _durable_settings(connection: sqlite3.Connection) -> tuple[str, int, int]:
+    (mode,) = connection.execute(queries.READ_JOURNAL_MODE).fetchone()
+    (version,) = connection.execute(queries.READ_USER_VERSION).fetchone()
+    return str(mode), int(version), _synchronous(connection)
+
+
+def _synchronous(connection: sqlite3.Connection) -> int:
+    (level,) = connection.execute(queries.READ_SYNCHRONOUS).fetchone()
+    return int(level)
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return  # no directory handles on this platform (Windows): nothing to sync
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,118 @@
+"""Supervision rows, compare-and-swapped on their epoch by single statements."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from tether.adapters.sqlite import _codec, queries
+from tether.adapters.sqlite._codec import RowKey
+from tether.adapters.sqlite._store import SQLiteStore
+from tether.adapters.sqlite.database import Lane
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamSupervision,
+    ChatStreamSupervisionStore,
+    SupervisionSwap,
+)
+from tether.domain.store_errors import StoreCorruptedError
+
+
+class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
+    """``ChatStreamSupervisionStore`` in the ``stream_supervision`` table.
+
+    The epoch guard is in the statement itself: a claim is ``INSERT ... ON
+    CONFLICT DO NOTHING``, any other swap ``UPDATE ... WHERE epoch = expected``,
+    a delete ``DELETE ... WHERE message_id = ? AND epoch = ?``; the row count
+    says whether it wrote. Each runs in a ``BEGIN IMMEDIATE`` transaction on the
+    stream lane (atomic, not fsynced: the row is rewritten every second).
+    ``compare_and_swap_many`` runs a whole batch of swaps in one transaction,
+    each still guarded by its own epoch.
+    """
+
+    async def compare_and_swap(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        expected_epoch: int | None,
+        supervision: ChatStreamSupervision,
+    ) -> bool:
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
+        (wrote,) = await self._database.write(Lane.STREAM, lambda c: _swap_all(c, [swap]))
+        return wrote
+
+    async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        """Every swap in one transaction (one lock, one commit); one result per
+        swap, in order. A later swap of the same row sees the earlier ones."""
+        if not swaps:
+            return []
+        batch = list(swaps)
+        return await self._database.write(Lane.STREAM, lambda c: _swap_all(c, batch))
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChatStreamSupervision | None:
+        """The current row, or None; a row that cannot be read back raises
+        ``StoreCorruptedError``."""
+        row = RowKey(tenant, requester_uuid, session_id)
+        return await self._database.read(Lane.STREAM, lambda c: _read(c, row))
+
+    async def delete(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_id: str,
+        epoch: int,
+    ) -> None:
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        values = {
+            **RowKey(tenant, requester_uuid, session_id).params(),
+            "message_id": _codec.key(message_id),
+            "epoch": epoch,
+        }
+        await self._database.write(
+            Lane.STREAM, lambda c: c.execute(queries.SUPERVISION_DELETE, values)
+        )
+
+
+def _swap_all(connection: sqlite3.Connection, swaps: list[SupervisionSwap]) -> list[bool]:
+    results: list[bool] = []
+    for swap in swaps:
+        row = swap.supervision
+        values: dict[str, object] = {
+            **RowKey(swap.tenant, swap.requester_uuid, swap.session_id).params(),
+            "epoch": row.epoch,
+            "message_id": _codec.key(row.message_id),
+            "status": row.status.value,
+            "heartbeat_at": row.heartbeat_at.isoformat(),
+        }
+        if swap.expected_epoch is None:
+            cursor = connection.execute(queries.SUPERVISION_CLAIM, values)
+        else:
+            values["expected_epoch"] = swap.expected_epoch
+            cursor = connection.execute(queries.SUPERVISION_SWAP, values)
+        results.append(cursor.rowcount == 1)
+    return results
+
+
+def _read(connection: sqlite3.Connection, row: RowKey) -> ChatStreamSupervision | None:
+    found = connection.execute(queries.SUPERVISION_READ, row.params()).fetchone()
+    if found is None:
+        return None
+    what = row.describe("stream_supervision")
+    epoch, message_id, status, heartbeat_at = found
+    try:
+        return ChatStreamSupervision(
+            epoch=epoch,
+            message_id=_codec.text(message_id, what),
+            status=status,
+            heartbeat_at=heartbeat_at,
+        )
+    except ValidationError as exc:
+        raise StoreCorruptedError(
+            f"{what} does not hold a valid supervision row ({exc}); left as is"
+        ) from exc

@@ -1,0 +1,452 @@
+"""The store contract kit over the SQLite stores, plus SQLite-only guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import stores
+from tether.adapters.sqlite import (
+    Lane,
+    SQLiteChatAgentStateStore,
+    SQLiteChatConversationStore,
+    SQLiteChatStreamRecordingStore,
+    SQLiteChatStreamSupervisionStore,
+    SQLiteDatabase,
+    queries,
+    stores_from_url,
+)
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingFencedError
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    SupervisionSwap,
+)
+from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
+from tether.stores import StoreURLError
+from tether.testing.contracts import (
+    ChatAgentStateStoreContract,
+    ChatConversationStoreFullContract,
+    ChatStreamRecordingCrossProcessContract,
+    ChatStreamRecordingStoreContract,
+    ChatStreamStoresStateMachineContract,
+    ChatStreamSupervisionCrossProcessContract,
+    ChatStreamSupervisionStoreContract,
+    ManualClock,
+    StoreFactory,
+)
+
+
+@pytest.fixture(params=["sqlite"])
+def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """The database file of one test; the param gives every contract test the id "sqlite"."""
+    return tmp_path / f"{request.param}.db"
+
+
+@pytest.fixture
+async def database(db_path: Path) -> AsyncIterator[SQLiteDatabase]:
+    async with SQLiteDatabase(db_path) as opened:
+        yield opened
+
+
+# The contract kit ---------------------------------------------------------------------
+
+
+class TestSQLiteAgentStateStore(ChatAgentStateStoreContract):
+    @pytest.fixture
+    def store(self, database: SQLiteDatabase) -> SQLiteChatAgentStateStore:
+        return SQLiteChatAgentStateStore(database)
+
+
+class TestSQLiteSupervisionStore(ChatStreamSupervisionStoreContract):
+    @pytest.fixture
+    def store(self, database: SQLiteDatabase) -> SQLiteChatStreamSupervisionStore:
+        return SQLiteChatStreamSupervisionStore(database)
+
+
+class TestSQLiteRecordingStore(ChatStreamRecordingStoreContract):
+    @pytest.fixture
+    def store(self, database: SQLiteDatabase) -> SQLiteChatStreamRecordingStore:
+        return SQLiteChatStreamRecordingStore(database)
+
+
+class TestSQLiteConversationStore(ChatConversationStoreFullContract):
+    @pytest.fixture
+    def store(self, database: SQLiteDatabase, clock: ManualClock) -> SQLiteChatConversationStore:
+        return SQLiteChatConversationStore(database, clock=clock)
+
+
+class TestSQLiteStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
+    # Each store opens a database of its own on the shared file, so the machine
+    # also proves that two databases on one file see each other's writes.
+    @pytest.fixture
+    def supervision_store_factory(self, db_path: Path) -> StoreFactory:
+        return functools.partial(SQLiteChatStreamSupervisionStore.from_path, db_path)
+
+    @pytest.fixture
+    def recording_store_factory(self, db_path: Path) -> StoreFactory:
+        return functools.partial(SQLiteChatStreamRecordingStore.from_path, db_path)
+
+
+class TestSQLiteStoresAcrossProcesses(
+    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
+):
+    # Picklable: each spawned child builds its store, and its own connections,
+    # on the file from the class method.
+    @pytest.fixture
+    def supervision_store_factory(self, db_path: Path) -> StoreFactory:
+        return functools.partial(SQLiteChatStreamSupervisionStore.from_path, str(db_path))
+
+    @pytest.fixture
+    def recording_store_factory(self, db_path: Path) -> StoreFactory:
+        return functools.partial(SQLiteChatStreamRecordingStore.from_path, str(db_path))
+
+
+# SQLite-only guarantees ---------------------------------------------------------------
+
+_ROW = ChatStreamSupervision(
+    status=ChatStreamStatus.RUNNING,
+    heartbeat_at=ManualClock()(),
+    message_id="m-1",
+    epoch=1,
+)
+_EVENT = RecordedStreamEvent(
+    index=0,
+    message=ChatMessage(sender=ChatMessageSender.BOT, content="so far"),
+    message_id="m-1",
+    epoch=1,
+)
+_USER = ChatMessage(sender=ChatMessageSender.USER, content="hello")
+
+
+class _Stores:
+    """All four stores over one database."""
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        self.state = SQLiteChatAgentStateStore(database)
+        self.supervision = SQLiteChatStreamSupervisionStore(database)
+        self.recording = SQLiteChatStreamRecordingStore(database)
+        self.conversations = SQLiteChatConversationStore(database, clock=ManualClock())
+
+    async def write_everything(self, tenant: str, user: str, session: str) -> None:
+        await self.state.save(tenant, user, session, {"dep": {"n": 1}})
+        await self.supervision.compare_and_swap(tenant, user, session, None, _ROW)
+        await self.recording.put(tenant, user, session, _EVENT)
+        await self.conversations.append_messages(tenant, user, session, "agent", [_USER])
+
+
+@contextmanager
+def _raw(path: Path) -> Iterator[sqlite3.Connection]:
+    """A plain connection to the file, as an operator (or another program) would open it."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as connection:
+        yield connection
+
+
+def _sqlite_threads() -> list[str]:
+    return [thread.name for thread in threading.enumerate() if "tether-sqlite" in thread.name]
+
+
+async def test_the_file_is_in_wal_mode_at_the_current_schema_version(
+    database: SQLiteDatabase, db_path: Path
+) -> None:
+    with _raw(db_path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert raw.execute("PRAGMA user_version").fetchone() == (len(queries.MIGRATIONS),)
+        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_schema")}
+    assert {"agent_state", "stream_supervision", "stream_recording", "conversation"} <= tables
+    diagnostics = await database.diagnostics()
+    assert diagnostics.journal_mode == "wal"
+    assert diagnostics.schema_version == queries.SCHEMA_VERSION == len(queries.MIGRATIONS)
+
+
+async def test_reopening_keeps_the_data_and_applies_no_migration_twice(db_path: Path) -> None:
+    async with SQLiteDatabase(db_path) as first:
+        await SQLiteChatAgentStateStore(first).save("t", "u", "s", {"dep": {"n": 1}})
+    async with SQLiteDatabase(db_path) as second:
+        assert await SQLiteChatAgentStateStore(second).load("t", "u", "s") == {"dep": {"n": 1}}
+
+
+async def test_a_schema_newer_than_this_tether_is_refused(db_path: Path) -> None:
+    async with SQLiteDatabase(db_path):
+        pass
+    with _raw(db_path) as raw:
+        raw.execute(queries.set_user_version(queries.SCHEMA_VERSION + 1))
+    with pytest.raises(StoreError, match="newer than this tether"):
+        await SQLiteDatabase(db_path).open()
+    assert _sqlite_threads() == []
+
+
+async def test_transcripts_and_checkpoints_are_fsynced_stream_rows_are_not(
+    database: SQLiteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    diagnostics = await database.diagnostics()
+    assert diagnostics.synchronous == {Lane.DURABLE: 2, Lane.STREAM: 1}  # FULL, NORMAL
+    lanes: list[Lane] = []
+    real_write = database.write
+
+    async def spying_write(lane: Lane, step: Callable[[sqlite3.Connection], Any]) -> Any:
+        lanes.append(lane)
+        return await real_write(lane, step)
+
+    monkeypatch.setattr(database, "write", spying_write)
+    all_four = _Stores(database)
+    await all_four.state.save("t", "u", "s", {"dep": {}})
+    await all_four.conversations.append_messages("t", "u", "s", "agent", [_USER])
+    await all_four.conversations.set_last_turn_status("t", "u", "s", "complete")
+    assert lanes == [Lane.DURABLE] * 3
+    lanes.clear()
+    await all_four.supervision.compare_and_swap("t", "u", "s", None, _ROW)
+    await all_four.recording.put("t", "u", "s", _EVENT)
+    assert lanes == [Lane.STREAM] * 2
+
+
+async def test_two_databases_on_one_file_see_each_others_writes(db_path: Path) -> None:
+    async with SQLiteDatabase(db_path) as one, SQLiteDatabase(db_path) as other:
+        writer, reader = _Stores(one), _Stores(other)
+        await writer.write_everything("t", "u", "s")
+        assert await reader.state.load("t", "u", "s") == {"dep": {"n": 1}}
+        assert await reader.supervision.read("t", "u", "s") == _ROW
+        assert await reader.recording.read("t", "u", "s") == _EVENT
+        assert await reader.conversations.get_transcript("t", "u", "s") == [_USER]
+        # And the fences hold across them: the other database's writes are guarded too.
+        assert not await reader.supervision.compare_and_swap("t", "u", "s", None, _ROW)
+        await writer.recording.put("t", "u", "s", _EVENT.model_copy(update={"epoch": 5}))
+        with pytest.raises(RecordingFencedError):
+            await reader.recording.put("t", "u", "s", _EVENT)
+
+
+async def test_compare_and_swap_many_is_one_transaction_of_guarded_swaps(
+    database: SQLiteDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteChatStreamSupervisionStore(database)
+    for session in ("a", "b"):
+        await store.compare_and_swap("t", "u", session, None, _ROW)
+    beat = _ROW.model_copy(update={"heartbeat_at": ManualClock().advance(1)})
+    swaps = [
+        SupervisionSwap("t", "u", "a", 1, beat),
+        SupervisionSwap("t", "u", "b", 7, beat),  # wrong epoch: refused alone
+        SupervisionSwap("t", "u", "new", None, beat),
+        SupervisionSwap("t", "u", "new", None, beat),  # sees the claim just before it
+    ]
+    transactions = 0
+    real_write = database.write
+
+    async def counting_write(lane: Lane, step: Callable[[sqlite3.Connection], Any]) -> Any:
+        nonlocal transactions
+        transactions += 1
+        return await real_write(lane, step)
+
+    monkeypatch.setattr(database, "write", counting_write)
+    assert await store.compare_and_swap_many(swaps) == [True, False, True, False]
+    assert transactions == 1
+    assert await store.read("t", "u", "a") == beat
+    assert await store.read("t", "u", "b") == _ROW
+    assert await store.read("t", "u", "new") == beat
+    assert await store.compare_and_swap_many([]) == []
+
+
+async def test_ids_are_parameters_never_sql(database: SQLiteDatabase) -> None:
+    hostile = "x'); DROP TABLE agent_state; --"
+    all_four = _Stores(database)
+    await all_four.write_everything(hostile, hostile, hostile)
+    assert await all_four.state.load(hostile, hostile, hostile) == {"dep": {"n": 1}}
+    assert await all_four.state.load("x", "x", "x") == {}
+    # A lone surrogate (valid in a JSON request) is an id like any other.
+    await all_four.write_everything("t\udc80", "u\ud800", "s\udfff")
+    assert await all_four.supervision.read("t\udc80", "u\ud800", "s\udfff") == _ROW
+    page = await all_four.conversations.list_conversations("t\udc80", "u\ud800")
+    assert [item.session_id for item in page.items] == ["s\udfff"]
+
+
+_Operation = Callable[[_Stores], Awaitable[Any]]
+_CORRUPTIONS: list[tuple[str, str, list[_Operation]]] = [
+    (
+        "UPDATE agent_state SET state = ?",
+        '{"torn": ',
+        [lambda s: s.state.load("t", "u", "s")],
+    ),
+    (
+        "UPDATE agent_state SET state = ?",
+        '["valid JSON", "wrong shape"]',
+        [lambda s: s.state.load("t", "u", "s")],
+    ),
+    (
+        "UPDATE stream_supervision SET status = ?",
+        "bogus",
+        [lambda s: s.supervision.read("t", "u", "s")],
+    ),
+    (
+        "UPDATE stream_recording SET message = ?",
+        "",
+        [lambda s: s.recording.read("t", "u", "s")],
+    ),
+    (
+        "UPDATE conversation SET record = ?",
+        '{"torn": ',
+        [
+            lambda s: s.conversations.get_transcript("t", "u", "s"),
+            lambda s: s.conversations.get_conversation("t", "u", "s"),
+            lambda s: s.conversations.append_messages("t", "u", "s", "agent", [_USER]),
+            lambda s: s.conversations.set_last_turn_status("t", "u", "s", "errored"),
+            lambda s: s.conversations.set_shared("t", "u", "s", True),
+            lambda s: s.conversations.delete_conversation("t", "u", "s"),
+        ],
+    ),
+    (
+        "UPDATE conversation SET summary = ?",
+        "[]",
+        [lambda s: s.conversations.list_conversations("t", "u")],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("statement", "damage", "operations"),
+    _CORRUPTIONS,
+    ids=["state-torn", "state-shape", "supervision", "recording", "record", "summary"],
+)
+async def test_a_corrupt_row_raises_and_is_left_untouched(
+    database: SQLiteDatabase,
+    db_path: Path,
+    statement: str,
+    damage: str,
+    operations: list[_Operation],
+) -> None:
+    all_four = _Stores(database)
+    await all_four.write_everything("t", "u", "s")
+    table = statement.split()[1]
+    with _raw(db_path) as raw:
+        raw.execute(statement, (damage,))
+        before = raw.execute(f"SELECT * FROM {table}").fetchall()
+    for operation in operations:
+        with pytest.raises(StoreCorruptedError, match="left as is"):
+            await operation(all_four)
+    with _raw(db_path) as raw:
+        assert raw.execute(f"SELECT * FROM {table}").fetchall() == before
+
+
+async def test_a_write_waiting_past_the_busy_timeout_is_unavailable(db_path: Path) -> None:
+    async with SQLiteDatabase(db_path, busy_timeout=0.05, name="the-test-db") as database:
+        store = SQLiteChatStreamSupervisionStore(database)
+        with _raw(db_path) as other_process:
+            other_process.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreUnavailableError, match="the-test-db") as caught:
+                await store.compare_and_swap("t", "u", "s", None, _ROW)
+            assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+            assert await store.read("t", "u", "s") is None  # WAL: readers never wait
+            other_process.execute("ROLLBACK")
+        assert await store.compare_and_swap("t", "u", "s", None, _ROW)
+
+
+async def test_stores_from_url_share_one_database_on_a_relative_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    bundle = stores.from_url("sqlite:///nested/dir/tether.db?busy_timeout=2.5")
+    state = bundle.agent_state_store
+    assert isinstance(state, SQLiteChatAgentStateStore)
+    recording = bundle.chat_stream_recording_store
+    assert isinstance(recording, SQLiteChatStreamRecordingStore)
+    supervision = bundle.chat_stream_supervision_store
+    assert isinstance(supervision, SQLiteChatStreamSupervisionStore)
+    conversations = bundle.chat_conversation_store
+    assert isinstance(conversations, SQLiteChatConversationStore)
+    opened = [state, recording, supervision, conversations]
+    database = state.database
+    assert all(store.database is database for store in opened)
+    assert database.path == tmp_path / "nested" / "dir" / "tether.db"
+    # As setup_app does: open each store once, close them all in reverse.
+    for store in opened:
+        await store.open()
+    await _Stores(database).write_everything("t", "u", "s")
+    for store in reversed(opened[1:]):
+        await store.aclose()
+        await store.aclose()  # idempotent: gives back no second hold
+    assert await state.load("t", "u", "s") == {"dep": {"n": 1}}
+    await state.aclose()
+    with pytest.raises(StoreError, match="not open"):
+        await state.load("t", "u", "s")
+    assert _sqlite_threads() == []
+    assert (tmp_path / "nested" / "dir" / "tether.db").is_file()
+
+
+async def test_stores_from_url_on_an_absolute_path(tmp_path: Path) -> None:
+    path = tmp_path / "absolute.db"
+    url = f"sqlite:///{path}"
+    assert url.startswith("sqlite:////")
+    store = stores_from_url(url).agent_state_store
+    assert isinstance(store, SQLiteChatAgentStateStore)
+    assert store.database.path == path
+    async with store:
+        await store.save("t", "u", "s", {"dep": {}})
+    async with SQLiteChatAgentStateStore.from_url(url) as again:
+        assert await again.load("t", "u", "s") == {"dep": {}}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://host/tether.db",
+        "sqlite:///",
+        "sqlite:///:memory:",
+        "sqlite:///tether.db?journal=delete",
+        "sqlite:///tether.db?busy_timeout=soon",
+        "sqlite:///tether.db?busy_timeout=-1",
+    ],
+)
+def test_a_malformed_url_is_refused_when_parsed(url: str) -> None:
+    with pytest.raises(StoreURLError, match="store URL"):
+        stores.from_url(url)
+
+
+@pytest.mark.parametrize(
+    ("relative", "error", "says"),
+    [
+        ("a-file/tether.db", StoreError, "is not a directory"),
+        ("a-file/deeper/tether.db", StoreError, "cannot create the directory"),
+        ("a-directory.db", StoreUnavailableError, "unable to open"),
+        ("garbage.db", StoreCorruptedError, "not a database"),
+    ],
+)
+async def test_an_unusable_path_fails_open_naming_the_url(
+    tmp_path: Path, relative: str, error: type[StoreError], says: str
+) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    (tmp_path / "a-directory.db").mkdir()
+    (tmp_path / "garbage.db").write_bytes(b"this is not a database file, not at all" * 100)
+    url = f"sqlite:///{tmp_path}/{relative}"
+    store = stores.from_url(url).chat_stream_supervision_store
+    assert isinstance(store, SQLiteChatStreamSupervisionStore)
+    with pytest.raises(error, match=says) as caught:
+        await store.open()
+    assert url in str(caught.value)
+    assert _sqlite_threads() == []
+    with pytest.raises(StoreError, match="not open"):
+        await store.read("t", "u", "s")
+
+
+async def test_opens_nest_and_the_last_close_stops_the_threads(db_path: Path) -> None:
+    database = SQLiteDatabase(db_path)
+    state = SQLiteChatAgentStateStore(database)
+    conversations = SQLiteChatConversationStore(database)
+    await asyncio.gather(state.open(), conversations.open(), database.open())
+    assert len(_sqlite_threads()) == 2  # one per connection
+    await state.aclose()
+    await database.aclose()
+    assert await conversations.get_transcript("t", "u", "s") == []
+    await conversations.aclose()
+    await database.aclose()  # more closes than opens: harmless
+    assert _sqlite_threads() == []
+    with pytest.raises(StoreError, match="not open"):
+        await state.load("t", "u", "s")
+    async with state:  # and it opens again
+        assert await state.load("t", "u", "s") == {}
