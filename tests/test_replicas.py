@@ -31,7 +31,7 @@ from tests.support.replicas import (
     started,
 )
 from tests.support.servers import ServerProcess
-from tests.support.services import redis_prefix
+from tests.support.services import postgres_database, redis_prefix
 from tether.stores import StoreBundle, compose
 
 pytestmark = pytest.mark.processes
@@ -66,7 +66,7 @@ class Backend:
                     await store.aclose()
 
 
-@pytest.fixture(scope="module", params=["file", "sqlite", "redis-streams"])
+@pytest.fixture(scope="module", params=["file", "sqlite", "postgres", "redis-streams"])
 def backend(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Backend]:
@@ -75,6 +75,9 @@ def backend(
         yield Backend(f"file://{directory}")
     elif request.param == "sqlite":
         yield Backend(f"sqlite:///{directory}/tether.db")
+    elif request.param == "postgres":
+        with postgres_database() as postgres_url:
+            yield Backend(postgres_url)
     elif request.param == "redis-streams":
         with redis_prefix() as redis_url:
             yield Backend(f"file://{directory}", stream_url=redis_url)

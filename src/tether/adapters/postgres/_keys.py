@@ -1,0 +1,47 @@
+"""Row keys and id checks: what every PostgreSQL store does before it sends an id."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def row_key(*ids: str) -> bytes:
+    """The 32-byte primary key of the row addressed by ``ids``.
+
+    SHA-256 over each id's UTF-8 bytes behind an 8-byte length: the encoding is
+    injective, so distinct id tuples get distinct keys (short of a SHA-256
+    collision), and ids of any length fit a B-tree. The key derivation is part of
+    the schema: changing it needs a migration.
+    """
+    digest = hashlib.sha256()
+    for value in ids:
+        data = value.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.digest()
+
+
+def check_ids(*ids: str) -> None:
+    """Refuse, before any I/O, ids a PostgreSQL ``text`` column cannot hold.
+
+    That is NUL characters and lone surrogates (not valid UTF-8). Raises
+    ``ValueError`` naming the problem; every other string is stored exactly.
+    """
+    for value in ids:
+        if "\x00" in value:
+            raise ValueError(f"PostgreSQL cannot store an id containing NUL: {value[:80]!r}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"id is not valid Unicode text: {value[:80]!r}") from error
+
+
+def session_key(tenant: str, requester_uuid: str | None, session_id: str) -> bytes:
+    """The key of a conversation's checkpoint, supervision row and recording.
+
+    The supervision row and the recording of one conversation share it, so one
+    NOTIFY payload (the key in hex) announces either kind of write. A missing
+    requester is ``""``. Checks the ids first (see :func:`check_ids`).
+    """
+    check_ids(tenant, requester_uuid or "", session_id)
+    return row_key(tenant, requester_uuid or "", session_id)

@@ -1,0 +1,160 @@
+"""The versioned schema: an append-only list of migrations, applied under an advisory lock.
+
+``tether_schema_version`` holds one row per applied migration. :func:`upgrade`
+takes a transaction-scoped advisory lock first, so replicas starting together
+(each with ``create_schema=true``) or a deploy step running ``tether db
+upgrade`` next to them apply each migration exactly once: the others wait for
+the lock, then find nothing left to do. PostgreSQL DDL is transactional, so a
+migration that fails leaves nothing half-applied.
+
+A released migration is never edited: change the schema by appending a new one.
+Migrations should stay backwards compatible for one release (add columns and
+tables, drop them a release later), because during a rolling deploy replicas of
+the previous version keep running on the upgraded schema.
+
+Keys: every table is keyed by ``key``, the SHA-256 of the row's length-prefixed
+ids (see ``_keys.row_key``); the ids are kept beside it as text for operators
+and for listing. A digest indexes ids of any length in 32 bytes, where a text
+key longer than about 2.7 kB would be refused by a B-tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from tether.adapters.postgres import queries
+
+SCHEMA_LOCK_KEY = 8387237872774807553
+"""The advisory lock upgrades hold: ``int.from_bytes(b"tether\\x00\\x01")``."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema: ``statements`` run in order, in one transaction."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        version=1,
+        description="agent state, stream supervision and recording, conversations",
+        statements=(
+            """
+            CREATE TABLE tether_agent_state (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                tenant text NOT NULL,
+                user_uuid text NOT NULL,
+                session_id text NOT NULL,
+                state jsonb NOT NULL,
+                updated_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE tether_stream_supervision (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                tenant text NOT NULL,
+                requester_uuid text NOT NULL,
+                session_id text NOT NULL,
+                status text NOT NULL CHECK (status IN ('running', 'done', 'errored', 'cancelled')),
+                heartbeat_at timestamptz NOT NULL,
+                message_id text NOT NULL,
+                epoch bigint NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE tether_stream_recording (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                tenant text NOT NULL,
+                requester_uuid text NOT NULL,
+                session_id text NOT NULL,
+                epoch bigint NOT NULL,
+                stream_index bigint NOT NULL,
+                message_id text NOT NULL,
+                message jsonb NOT NULL,
+                recorded_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE tether_conversations (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                owner_key bytea NOT NULL CHECK (octet_length(owner_key) = 32),
+                tenant text NOT NULL,
+                session_id text NOT NULL,
+                owner_uuid text NOT NULL,
+                agent_identifier text NOT NULL,
+                shared boolean NOT NULL DEFAULT false,
+                last_turn_status text
+                    CHECK (last_turn_status IN ('running', 'complete', 'errored', 'cancelled')),
+                title text,
+                message_count integer NOT NULL DEFAULT 0,
+                metadata jsonb NOT NULL DEFAULT '{}',
+                created_at timestamptz NOT NULL,
+                updated_at timestamptz NOT NULL
+            )
+            """,
+            # Listing: a tenant's own conversations, most recently updated first.
+            # owner_key is the digest of (tenant, owner_uuid), so this is the
+            # (tenant, owner, updated_at DESC) index, whatever the ids' length.
+            """
+            CREATE INDEX tether_conversations_by_owner
+            ON tether_conversations (owner_key, updated_at DESC, key DESC)
+            """,
+            """
+            CREATE TABLE tether_conversation_messages (
+                conversation_key bytea NOT NULL
+                    REFERENCES tether_conversations (key) ON DELETE CASCADE,
+                position integer NOT NULL,
+                message jsonb NOT NULL,
+                PRIMARY KEY (conversation_key, position)
+            )
+            """,
+        ),
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+async def upgrade(connection: AsyncConnection[Any]) -> list[int]:
+    """Apply every pending migration on ``connection`` (autocommit); returns their versions.
+
+    Idempotent and safe to run concurrently from any number of processes: all of
+    it happens in one transaction holding :data:`SCHEMA_LOCK_KEY`.
+    """
+    applied: list[int] = []
+    async with connection.transaction(), connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(queries.LOCK_SCHEMA, {"lock_key": SCHEMA_LOCK_KEY})
+        await cursor.execute(queries.CREATE_SCHEMA_VERSION_TABLE)
+        await cursor.execute(queries.READ_SCHEMA_VERSION)
+        row = await cursor.fetchone()
+        current = 0 if row is None else int(row["version"])
+        for migration in MIGRATIONS:
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                await cursor.execute(statement)
+            await cursor.execute(
+                queries.RECORD_SCHEMA_VERSION,
+                {"version": migration.version, "description": migration.description},
+            )
+            applied.append(migration.version)
+    return applied
+
+
+async def schema_version(connection: AsyncConnection[Any]) -> int:
+    """The newest applied migration's version; 0 for a database tether never touched."""
+    async with connection.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(queries.SCHEMA_VERSION_TABLE_EXISTS)
+        row = await cursor.fetchone()
+        if row is None or not row["present"]:
+            return 0
+        await cursor.execute(queries.READ_SCHEMA_VERSION)
+        row = await cursor.fetchone()
+        return 0 if row is None else int(row["version"])

@@ -1,0 +1,103 @@
+"""Stream recordings in PostgreSQL: one epoch-fenced upsert per put, pushed by NOTIFY."""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+from tether.adapters.postgres import queries
+from tether.adapters.postgres._keys import check_ids, session_key
+from tether.adapters.postgres._store import PostgresStore
+from tether.domain.chat_message import ChatMessage
+from tether.domain.chat_stream_recording_store import (
+    ChatStreamRecordingStore,
+    RecordedStreamEvent,
+    RecordingFencedError,
+)
+from tether.domain.store_errors import StoreCorruptedError
+
+
+class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
+    """``ChatStreamRecordingStore`` on PostgreSQL, with push for followers.
+
+    Table ``tether_stream_recording``, one overwritten row per conversation. A put
+    is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE stored.epoch <= new epoch``:
+    the fence and the write are one atomic step, and whether a row came back
+    tells an accepted put from a fenced one. Readers see the old row or the new
+    one, never a mix. Puts at the stored epoch skip the fsync wait; the put that
+    raises the epoch does not (see ``PostgresDatabase``).
+
+    Every put and delete, and every supervision write, sends ``pg_notify`` with
+    the conversation's key; :meth:`wait_for_change` waits for those on the
+    database's one shared LISTEN connection.
+    """
+
+    async def put(
+        self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
+    ) -> None:
+        """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
+        check_ids(event.message_id)
+        message = json.dumps(
+            event.message.model_dump(mode="json"), allow_nan=False, separators=(",", ":")
+        )
+        row = await self._database.fetch_one(
+            queries.PUT_RECORDING,
+            {
+                "key": session_key(tenant, requester_uuid, session_id),
+                "tenant": tenant,
+                "requester_uuid": requester_uuid or "",
+                "session_id": session_id,
+                "epoch": event.epoch,
+                "stream_index": event.index,
+                "message_id": event.message_id,
+                "message": message,
+            },
+        )
+        if row is None or row["written"] != 1:
+            raise RecordingFencedError(
+                f"a recording with an epoch above {event.epoch} is stored; this put is fenced"
+            )
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> RecordedStreamEvent | None:
+        """The stored record, or None."""
+        key = session_key(tenant, requester_uuid, session_id)
+        row = await self._database.fetch_one(queries.READ_RECORDING, {"key": key})
+        if row is None:
+            return None
+        try:
+            return RecordedStreamEvent(
+                index=row["stream_index"],
+                message=ChatMessage.model_validate(row["message"]),
+                message_id=row["message_id"],
+                epoch=row["epoch"],
+            )
+        except ValidationError as error:
+            raise StoreCorruptedError(
+                f"tether_stream_recording row for {(tenant, requester_uuid, session_id)!r} "
+                f"is not a valid recording ({error}); left as is"
+            ) from error
+
+    async def delete(
+        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
+    ) -> None:
+        """Remove the record iff it still belongs to ``message_id``."""
+        check_ids(message_id)
+        key = session_key(tenant, requester_uuid, session_id)
+        await self._database.execute(
+            queries.DELETE_RECORDING, {"key": key, "message_id": message_id}
+        )
+
+    async def wait_for_change(
+        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
+    ) -> bool:
+        """True as soon as a recording or supervision write to this conversation is
+        notified, False after ``max_wait`` seconds without one.
+
+        While the LISTEN connection is down (it reconnects in the background)
+        this sleeps out ``max_wait``, so followers fall back to polling.
+        """
+        key = session_key(tenant, requester_uuid, session_id)
+        return await self._database.wait_for_change(key, max_wait)

@@ -1,0 +1,157 @@
+"""Supervision rows in PostgreSQL: every write one epoch-guarded statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from tether.adapters.postgres import queries
+from tether.adapters.postgres._keys import check_ids, session_key
+from tether.adapters.postgres._store import PostgresStore
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    ChatStreamSupervisionStore,
+    SupervisionSwap,
+)
+from tether.domain.store_errors import StoreCorruptedError
+
+
+class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionStore):
+    """``ChatStreamSupervisionStore`` on PostgreSQL, correct across any number of replicas.
+
+    Table ``tether_stream_supervision``, one row per conversation. Each write is a
+    single statement whose guard and write PostgreSQL performs atomically: a claim
+    is ``INSERT ... ON CONFLICT DO NOTHING``, a swap is ``UPDATE ... WHERE epoch =
+    expected``, and a delete is ``DELETE ... WHERE message_id = ... AND epoch = ...``.
+    Racing writers therefore see exactly one winner per epoch. Every write sends
+    ``pg_notify`` for the conversation in the same statement, which is what
+    wakes followers on other replicas.
+
+    Claims, takeovers and status changes are durable commits. Heartbeats (a
+    RUNNING swap at the same epoch) skip the fsync wait; see ``PostgresDatabase``.
+    """
+
+    async def compare_and_swap(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        expected_epoch: int | None,
+        supervision: ChatStreamSupervision,
+    ) -> bool:
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        params = _row_params(tenant, requester_uuid, session_id, supervision)
+        if expected_epoch is None:
+            row = await self._database.fetch_one(queries.CLAIM_SUPERVISION, params)
+        else:
+            params["expected_epoch"] = expected_epoch
+            params["relaxed_commit"] = _is_heartbeat(expected_epoch, supervision)
+            row = await self._database.fetch_one(queries.SWAP_SUPERVISION, params)
+        return row is not None and row["written"] == 1
+
+    async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        """Independent compare-and-swaps in one round trip; one result per swap, in order.
+
+        One statement over ``unnest()`` arrays, each swap guarded on its own row.
+        Swaps of the same conversation are applied in order: the batch is cut into
+        rounds where no conversation repeats, one statement each (so a batch of
+        distinct conversations, the heartbeat case, is one round trip).
+        """
+        results: list[bool] = [False] * len(swaps)
+        pending = list(enumerate(swaps))
+        while pending:
+            this_round: list[tuple[int, SupervisionSwap, bytes]] = []
+            later: list[tuple[int, SupervisionSwap]] = []
+            seen: set[bytes] = set()
+            for position, swap in pending:
+                key = session_key(swap.tenant, swap.requester_uuid, swap.session_id)
+                if key in seen:
+                    later.append((position, swap))
+                else:
+                    seen.add(key)
+                    this_round.append((position, swap, key))
+            rows = await self._database.fetch_all(
+                queries.SWAP_SUPERVISION_MANY, _batch_params(this_round)
+            )
+            for (position, _, _), row in zip(this_round, rows, strict=True):
+                results[position] = bool(row["written"])
+            pending = later
+        return results
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChatStreamSupervision | None:
+        """The current row, or None."""
+        key = session_key(tenant, requester_uuid, session_id)
+        row = await self._database.fetch_one(queries.READ_SUPERVISION, {"key": key})
+        if row is None:
+            return None
+        try:
+            return ChatStreamSupervision.model_validate(row)
+        except ValidationError as error:
+            raise StoreCorruptedError(
+                f"tether_stream_supervision row for {(tenant, requester_uuid, session_id)!r} "
+                f"is not a valid supervision row ({error}); left as is"
+            ) from error
+
+    async def delete(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_id: str,
+        epoch: int,
+    ) -> None:
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        check_ids(message_id)
+        key = session_key(tenant, requester_uuid, session_id)
+        await self._database.execute(
+            queries.DELETE_SUPERVISION, {"key": key, "message_id": message_id, "epoch": epoch}
+        )
+
+
+def _is_heartbeat(expected_epoch: int | None, supervision: ChatStreamSupervision) -> bool:
+    # Only a renewal of the lease already held may skip the fsync wait; a claim,
+    # a takeover or a terminal status must survive a server crash.
+    return expected_epoch == supervision.epoch and supervision.status is ChatStreamStatus.RUNNING
+
+
+def _row_params(
+    tenant: str,
+    requester_uuid: str | None,
+    session_id: str,
+    supervision: ChatStreamSupervision,
+) -> dict[str, Any]:
+    check_ids(supervision.message_id)
+    return {
+        "key": session_key(tenant, requester_uuid, session_id),
+        "tenant": tenant,
+        "requester_uuid": requester_uuid or "",
+        "session_id": session_id,
+        "status": supervision.status.value,
+        "heartbeat_at": supervision.heartbeat_at,
+        "message_id": supervision.message_id,
+        "epoch": supervision.epoch,
+    }
+
+
+def _batch_params(swaps: list[tuple[int, SupervisionSwap, bytes]]) -> dict[str, Any]:
+    for _, swap, _ in swaps:
+        check_ids(swap.supervision.message_id)
+    return {
+        "keys": [key for _, _, key in swaps],
+        "tenants": [swap.tenant for _, swap, _ in swaps],
+        "requester_uuids": [swap.requester_uuid or "" for _, swap, _ in swaps],
+        "session_ids": [swap.session_id for _, swap, _ in swaps],
+        "expected_epochs": [swap.expected_epoch for _, swap, _ in swaps],
+        "statuses": [swap.supervision.status.value for _, swap, _ in swaps],
+        "heartbeats": [swap.supervision.heartbeat_at for _, swap, _ in swaps],
+        "message_ids": [swap.supervision.message_id for _, swap, _ in swaps],
+        "epochs": [swap.supervision.epoch for _, swap, _ in swaps],
+        "relaxed_commit": all(
+            _is_heartbeat(swap.expected_epoch, swap.supervision) for _, swap, _ in swaps
+        ),
+    }

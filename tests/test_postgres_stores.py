@@ -1,0 +1,541 @@
+"""The PostgreSQL stores: the whole contract kit, plus what only a real server can show.
+
+The contract tests share one database per module (the kit gives every test fresh
+ids, and creating a database is most of a test's time); every other test gets a
+fresh one (``postgres_url``). Outages are staged with a TCP proxy in front of the
+server, never by stopping the server itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pytest
+
+pytest.importorskip("psycopg_pool")
+
+import psycopg
+import typer
+from psycopg_pool import AsyncConnectionPool
+from typer.testing import CliRunner
+
+from tests.support.services import postgres_database
+from tether import stores
+from tether.adapters.postgres import (
+    LATEST_VERSION,
+    MIGRATIONS,
+    PostgresChatAgentStateStore,
+    PostgresChatConversationStore,
+    PostgresChatStreamRecordingStore,
+    PostgresChatStreamSupervisionStore,
+    PostgresDatabase,
+    stores_from_url,
+)
+from tether.cli.db import db_app
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    SupervisionSwap,
+)
+from tether.domain.store_errors import StoreError, StoreUnavailableError
+from tether.testing.contracts import (
+    TRICKY_IDS,
+    ChatAgentStateStoreContract,
+    ChatConversationStoreFullContract,
+    ChatStreamRecordingCrossProcessContract,
+    ChatStreamRecordingStoreContract,
+    ChatStreamStoresStateMachineContract,
+    ChatStreamSupervisionCrossProcessContract,
+    ChatStreamSupervisionStoreContract,
+    ManualClock,
+    StoreFactory,
+)
+
+pytestmark = pytest.mark.postgres
+
+# PostgreSQL text cannot hold NUL; such ids are refused up front (see the test below).
+POSTGRES_TRICKY_IDS = tuple(value for value in TRICKY_IDS if "\x00" not in value)
+
+
+def _supervision_store(url: str) -> PostgresChatStreamSupervisionStore:
+    """Top level, so a spawned child can unpickle it and build its own store."""
+    return PostgresChatStreamSupervisionStore(PostgresDatabase.from_url(url))
+
+
+def _recording_store(url: str) -> PostgresChatStreamRecordingStore:
+    return PostgresChatStreamRecordingStore(PostgresDatabase.from_url(url))
+
+
+@pytest.fixture(params=["postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def contract_url() -> Iterator[str]:
+    """One fresh database for every contract test of this module, dropped after."""
+    with postgres_database() as url:
+        yield url
+
+
+# The contract kit ------------------------------------------------------------------------
+
+
+class TestAgentStateStore(ChatAgentStateStoreContract):
+    tricky_ids = POSTGRES_TRICKY_IDS
+
+    @pytest.fixture
+    async def store(self, backend: str, contract_url: str) -> AsyncIterator[Any]:
+        async with PostgresChatAgentStateStore(PostgresDatabase.from_url(contract_url)) as store:
+            yield store
+
+
+class TestSupervisionStore(ChatStreamSupervisionStoreContract):
+    tricky_ids = POSTGRES_TRICKY_IDS
+
+    @pytest.fixture
+    async def store(self, backend: str, contract_url: str) -> AsyncIterator[Any]:
+        async with _supervision_store(contract_url) as store:
+            yield store
+
+
+class TestRecordingStore(ChatStreamRecordingStoreContract):
+    tricky_ids = POSTGRES_TRICKY_IDS
+
+    @pytest.fixture
+    async def store(self, backend: str, contract_url: str) -> AsyncIterator[Any]:
+        async with _recording_store(contract_url) as store:
+            yield store
+
+
+class TestConversationStore(ChatConversationStoreFullContract):
+    tricky_ids = POSTGRES_TRICKY_IDS
+
+    @pytest.fixture
+    async def store(
+        self, backend: str, contract_url: str, clock: ManualClock
+    ) -> AsyncIterator[Any]:
+        database = PostgresDatabase.from_url(contract_url)
+        async with PostgresChatConversationStore(database, clock=clock) as store:
+            yield store
+
+
+class TestStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
+    @pytest.fixture
+    def supervision_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
+        return functools.partial(_supervision_store, contract_url)
+
+    @pytest.fixture
+    def recording_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
+        return functools.partial(_recording_store, contract_url)
+
+
+class TestStoresAcrossProcesses(
+    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
+):
+    @pytest.fixture
+    def supervision_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
+        return functools.partial(_supervision_store, contract_url)
+
+    @pytest.fixture
+    def recording_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
+        return functools.partial(_recording_store, contract_url)
+
+
+# Wiring and lifecycle --------------------------------------------------------------------
+
+_T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _row(epoch: int, message_id: str = "m-1", seconds: int = 0) -> ChatStreamSupervision:
+    return ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING,
+        heartbeat_at=_T0.replace(second=seconds),
+        message_id=message_id,
+        epoch=epoch,
+    )
+
+
+def _event(epoch: int, content: str = "so far", message_id: str = "m-1") -> RecordedStreamEvent:
+    message = ChatMessage(sender=ChatMessageSender.BOT, content=content)
+    return RecordedStreamEvent(index=0, message=message, message_id=message_id, epoch=epoch)
+
+
+async def test_a_url_gives_four_stores_on_one_database_opened_once(postgres_url: str) -> None:
+    bundle = stores.from_url(postgres_url.replace("postgresql://", "postgres://", 1))
+    four: list[Any] = [
+        bundle.agent_state_store,
+        bundle.chat_stream_recording_store,
+        bundle.chat_stream_supervision_store,
+        bundle.chat_conversation_store,
+    ]
+    assert [type(store) for store in four] == [
+        PostgresChatAgentStateStore,
+        PostgresChatStreamRecordingStore,
+        PostgresChatStreamSupervisionStore,
+        PostgresChatConversationStore,
+    ]
+    assert len({id(store.database) for store in four}) == 1
+    for store in four:  # what setup_app does, twice over: opening is idempotent
+        await store.open()
+        await store.open()
+    state = four[0]
+    await four[1].aclose()
+    await four[1].aclose()
+    await state.save("t", "u", "s", {"dep": {"n": 1}})  # the others still hold it open
+    for store in four:
+        await store.aclose()
+    with pytest.raises(StoreError, match="not open"):
+        await state.load("t", "u", "s")
+
+
+@pytest.mark.parametrize(
+    "query", ["pool_max_size=0", "create_schema=maybe", "timeout=-1", "no_such_libpq_option=1"]
+)
+def test_bad_url_options_are_refused_up_front(query: str) -> None:
+    with pytest.raises(stores.StoreURLError):
+        stores_from_url(f"postgresql://tether:s3cret@127.0.0.1:1/db?{query}")
+
+
+async def test_an_unreachable_server_fails_open_naming_the_url_without_password() -> None:
+    bundle = stores_from_url("postgresql://tether:s3cret@127.0.0.1:1/postgres?timeout=3")
+    store = bundle.chat_stream_supervision_store
+    assert isinstance(store, PostgresChatStreamSupervisionStore)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        await store.open()
+    assert time.monotonic() - started < 3
+    assert "postgresql://tether:***@127.0.0.1:1/postgres" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, psycopg.OperationalError)
+    with pytest.raises(StoreError, match="not open"):
+        await store.read("t", "u", "s")
+
+
+def test_a_pool_without_autocommit_is_refused() -> None:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool("", kwargs={}, open=False)
+    with pytest.raises(ValueError, match="autocommit"):
+        PostgresDatabase(pool)
+
+
+async def test_ids_postgresql_cannot_hold_are_refused_before_any_write(postgres_url: str) -> None:
+    async with _recording_store(postgres_url) as store:
+        with pytest.raises(ValueError, match="NUL"):
+            await store.put("t", "u", "nul\x00byte", _event(1))
+        with pytest.raises(ValueError, match="Unicode"):
+            await store.put("t", "\udc80", "s", _event(1))
+        # jsonb cannot hold \u0000 either: refused as a store error, nothing written.
+        with pytest.raises(StoreError) as caught:
+            await store.put("t", "u", "s", _event(1, content="a\x00b"))
+        assert isinstance(caught.value.__cause__, psycopg.DataError)
+        assert await store.read("t", "u", "s") is None
+
+
+# Atomicity -------------------------------------------------------------------------------
+
+
+async def test_two_databases_racing_compare_and_swap_have_one_winner_per_epoch(
+    postgres_url: str,
+) -> None:
+    async with _supervision_store(postgres_url) as one, _supervision_store(postgres_url) as two:
+        for epoch in range(1, 21):
+            expected = None if epoch == 1 else epoch - 1
+            won = await asyncio.gather(
+                *(
+                    store.compare_and_swap("t", "u", "s", expected, _row(epoch, f"{name}:{epoch}"))
+                    for store, name in [(one, "one"), (two, "two"), (one, "one"), (two, "two")]
+                )
+            )
+            assert won.count(True) == 1, (epoch, won)
+        final = await two.read("t", "u", "s")
+        assert final is not None and final.epoch == 20
+
+
+class _CountingCursor(psycopg.AsyncCursor[Any]):
+    """Records every statement sent: the test's view of round trips, nothing private."""
+
+    sent: ClassVar[list[str]] = []
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        type(self).sent.append(str(query))
+        return await super().execute(query, params, **kwargs)
+
+
+async def test_compare_and_swap_many_is_one_statement_guarding_each_row(
+    postgres_url: str,
+) -> None:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        postgres_url,
+        kwargs={"autocommit": True, "cursor_factory": _CountingCursor},
+        min_size=1,
+        open=False,
+    )
+    try:
+        async with PostgresChatStreamSupervisionStore(PostgresDatabase(pool)) as store:
+            for session, epoch in [("a", 1), ("b", 2), ("e", 4), ("f", 4)]:
+                await store.compare_and_swap("t", "u", session, None, _row(epoch))
+            swaps = [
+                SupervisionSwap("t", "u", "a", 1, _row(1, seconds=1)),  # heartbeat: right epoch
+                SupervisionSwap("t", "u", "b", 1, _row(2, "m-x")),  # wrong epoch
+                SupervisionSwap("t", "u", "c", None, _row(1, "m-c")),  # claim, no row: wins
+                SupervisionSwap("t", "u", "d", 3, _row(4)),  # expects a row that is not there
+                SupervisionSwap("t", "u", "e", None, _row(9)),  # claim over a row: refused
+                SupervisionSwap("t", "u", "f", 4, _row(5, "m-5")),  # takeover: wins
+            ]
+            _CountingCursor.sent.clear()
+            results = await store.compare_and_swap_many(swaps)
+            writes = [sql for sql in _CountingCursor.sent if "tether_stream_supervision" in sql]
+            assert results == [True, False, True, False, False, True]
+            assert len(writes) == 1
+            assert await store.read("t", "u", "a") == _row(1, seconds=1)
+            assert await store.read("t", "u", "b") == _row(2)
+            assert await store.read("t", "u", "c") == _row(1, "m-c")
+            assert await store.read("t", "u", "d") is None
+            assert await store.read("t", "u", "e") == _row(4)
+            assert await store.read("t", "u", "f") == _row(5, "m-5")
+            # The same conversation twice: applied in order, one statement per round.
+            _CountingCursor.sent.clear()
+            repeated = [
+                SupervisionSwap("t", "u", "a", 1, _row(2, "m-2")),
+                SupervisionSwap("t", "u", "a", 2, _row(3, "m-3")),
+                SupervisionSwap("t", "u", "a", 2, _row(4, "m-4")),
+            ]
+            assert await store.compare_and_swap_many(repeated) == [True, True, False]
+            assert await store.read("t", "u", "a") == _row(3, "m-3")
+            assert await store.compare_and_swap_many([]) == []
+    finally:
+        await pool.close()
+
+
+# Push ------------------------------------------------------------------------------------
+
+
+async def _waiting(store: PostgresChatStreamRecordingStore, session: str, max_wait: float) -> Any:
+    waiter = asyncio.ensure_future(store.wait_for_change("t", "u", session, max_wait))
+    await asyncio.sleep(0.05)  # let it register before anything is written
+    return waiter
+
+
+async def test_wait_for_change_wakes_promptly_on_writes_from_another_database(
+    postgres_url: str,
+) -> None:
+    async with (
+        _recording_store(postgres_url) as follower,
+        _recording_store(postgres_url) as producer,
+        _supervision_store(postgres_url) as supervisor,
+    ):
+        await follower.database.listen()
+        writes = [
+            lambda: producer.put("t", "u", "s", _event(1)),
+            lambda: supervisor.compare_and_swap("t", "u", "s", None, _row(1)),
+            lambda: supervisor.compare_and_swap("t", "u", "s", 1, _row(1, seconds=1)),
+            lambda: producer.delete("t", "u", "s", "m-1"),
+        ]
+        for write in writes:
+            waiters = [await _waiting(follower, "s", 5.0) for _ in range(3)]
+            started = time.monotonic()
+            await write()
+            assert await asyncio.gather(*waiters) == [True, True, True]
+            assert time.monotonic() - started < 0.5
+        async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
+            cursor = await admin.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+            )
+            assert await cursor.fetchone() == (1,)  # one shared LISTEN connection
+
+
+async def test_wait_for_change_is_false_after_max_wait_without_a_change(
+    postgres_url: str,
+) -> None:
+    async with _recording_store(postgres_url) as follower, _recording_store(postgres_url) as other:
+        await follower.database.listen()
+        waiter = await _waiting(follower, "quiet", 0.4)
+        started = time.monotonic()
+        await other.put("t", "u", "busy", _event(1))  # another conversation's change
+        assert await waiter is False
+        assert 0.3 <= time.monotonic() - started < 1.0
+
+
+# Schema ----------------------------------------------------------------------------------
+
+
+async def test_upgrade_is_idempotent_and_records_the_schema_version(postgres_url: str) -> None:
+    database = PostgresDatabase.from_url(f"{postgres_url}?create_schema=false")
+    assert await database.schema_version() == 0
+    assert await database.upgrade() == [migration.version for migration in MIGRATIONS]
+    assert await database.upgrade() == []
+    assert await database.schema_version() == LATEST_VERSION
+    async with await psycopg.AsyncConnection.connect(postgres_url) as admin:
+        cursor = await admin.execute(
+            "SELECT version, description FROM tether_schema_version ORDER BY version"
+        )
+        recorded = await cursor.fetchall()
+    assert recorded == [(m.version, m.description) for m in MIGRATIONS]
+
+
+async def test_concurrent_upgrades_apply_each_migration_once(postgres_url: str) -> None:
+    databases = [PostgresDatabase.from_url(postgres_url) for _ in range(4)]
+    applied = await asyncio.gather(*(database.upgrade() for database in databases))
+    assert sorted(version for versions in applied for version in versions) == [
+        migration.version for migration in MIGRATIONS
+    ]
+    # Opening with create_schema (the default) upgrades too; all at once is safe.
+    opened = [_supervision_store(postgres_url) for _ in range(4)]
+    await asyncio.gather(*(store.open() for store in opened))
+    for store in opened:
+        await store.aclose()
+
+
+async def test_without_create_schema_open_refuses_an_old_schema(postgres_url: str) -> None:
+    store = _supervision_store(f"{postgres_url}?create_schema=false")
+    with pytest.raises(StoreError, match="tether db upgrade"):
+        await store.open()
+    await PostgresDatabase.from_url(postgres_url).upgrade()
+    async with store:
+        assert await store.read("t", "u", "s") is None
+
+
+def _cli() -> typer.Typer:
+    app = typer.Typer()  # mounted the way tether.cli.main mounts it
+    app.add_typer(db_app, name="db")
+    return app
+
+
+def test_tether_db_upgrade_creates_the_schema_then_has_nothing_to_do(postgres_url: str) -> None:
+    first = CliRunner().invoke(_cli(), ["db", "upgrade", "--store", postgres_url])
+    assert first.exit_code == 0, first.output
+    assert f"schema at version {LATEST_VERSION}" in first.output
+    again = CliRunner().invoke(_cli(), ["db", "upgrade", "--store", postgres_url])
+    assert again.exit_code == 0, again.output
+    assert "nothing to do" in again.output
+
+
+def test_tether_db_upgrade_reports_an_unreachable_server_without_password() -> None:
+    url = "postgresql://tether:s3cret@127.0.0.1:1/postgres"
+    result = CliRunner().invoke(_cli(), ["db", "upgrade", "--store", url])
+    assert result.exit_code == 1
+    assert "tether:***@127.0.0.1:1" in result.output and "s3cret" not in result.output
+    other = CliRunner().invoke(_cli(), ["db", "upgrade", "--store", "file://.tether"])
+    assert other.exit_code == 2
+
+
+# Outages ---------------------------------------------------------------------------------
+
+
+class _Proxy:
+    """A TCP hop to the server that a test can cut (refuse and reset), stall (swallow
+    every byte) and bring back, standing in for a server restart or a dead network."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._links: set[asyncio.Task[Any]] = set()
+        self.port = 0
+        self.stalled = False
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        for link in list(self._links):
+            link.cancel()
+        await asyncio.gather(*self._links, return_exceptions=True)
+        self.stalled = False
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        link = asyncio.current_task()
+        assert link is not None
+        self._links.add(link)
+        ends = [writer]
+        self._writers.add(writer)
+        try:
+            upstream_reader, upstream = await asyncio.open_connection(*self._target)
+            ends.append(upstream)
+            self._writers.add(upstream)
+            await asyncio.gather(self._pump(reader, upstream), self._pump(upstream_reader, writer))
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            for end in ends:
+                end.transport.abort()
+                self._writers.discard(end)
+            self._links.discard(link)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                if not self.stalled:
+                    writer.write(data)
+                    await writer.drain()
+        finally:
+            writer.transport.abort()
+
+
+def _through(proxy: _Proxy, url: str, options: str) -> str:
+    return url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}", 1) + options
+
+
+async def _eventually(check: Any, within: float) -> None:
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await check()
+            return
+        except StoreUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def test_an_outage_fails_calls_promptly_and_the_stores_recover_by_themselves(
+    postgres_url: str,
+) -> None:
+    if "127.0.0.1:5432" not in postgres_url:
+        pytest.skip("the proxy test expects the server at 127.0.0.1:5432")
+    proxy = _Proxy("127.0.0.1", 5432)
+    await proxy.start()
+    url = _through(proxy, postgres_url, "?timeout=1&connect_timeout=2")
+    try:
+        async with _recording_store(url) as store, _recording_store(postgres_url) as direct:
+            await store.put("t", "u", "s", _event(1))
+            await store.database.listen()
+            await proxy.cut()
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError):
+                await store.read("t", "u", "s")
+            assert time.monotonic() - started < 2.5
+            # With the LISTEN connection gone, waiting degrades to sleeping it out.
+            started = time.monotonic()
+            assert await store.wait_for_change("t", "u", "s", 0.3) is False
+            assert time.monotonic() - started < 1.0
+            await proxy.start()  # the server is back, on the same address
+            await _eventually(lambda: store.read("t", "u", "s"), within=15)
+            await _eventually(store.database.listen, within=15)
+            waiter = await _waiting(store, "s", 5.0)
+            await direct.put("t", "u", "s", _event(2))
+            assert await waiter is True
+            # A stalled network (no reset, no answer) is bounded by the timeout too.
+            proxy.stalled = True
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError):
+                await store.read("t", "u", "s")
+            assert time.monotonic() - started < 2.0
+            await proxy.cut()
+    finally:
+        await proxy.cut()
