@@ -5,7 +5,7 @@ PIP := $(PYTHON) -m pip install --quiet --disable-pip-version-check
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev run test lint typecheck unit bench
+.PHONY: install install-dev run test lint typecheck unit bench crash-test
 
 install:
 	$(PIP) -e .
@@ -33,3 +33,8 @@ unit: install-dev
 
 bench: install-dev
 	$(PYTHON) -m bench
+
+# 20 rounds of mixed faults (kill, term, stop) against real replicas on the
+# embedded default store; exits non-zero on any invariant violation.
+crash-test: install
+	$(PYTHON) -m tether crash-test --rounds 20 --fault mixed

@@ -1,10 +1,12 @@
-"""The ``tether`` command: serve, init, chat (and, in later issues, more)."""
+"""The ``tether`` command: serve, init, chat, crash-test, db."""
 
 from __future__ import annotations
 
 import typer
 
 from tether.cli.chat import chat_command
+from tether.cli.crash_test import crash_test_command
+from tether.cli.db import db_app
 from tether.cli.init import init_command
 from tether.cli.serve import serve_command
 
@@ -17,6 +19,8 @@ app = typer.Typer(
 app.command("serve")(serve_command)
 app.command("init")(init_command)
 app.command("chat")(chat_command)
+app.command("crash-test")(crash_test_command)
+app.add_typer(db_app, name="db")
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,7 @@ async def calculator(expression: str) -> Number:
 
     Example: "(12 + 30) * 2 ** 3".
     """
+    _count_execution(expression)
     return evaluate(expression)
 
 
@@ -47,6 +49,16 @@ async def calculator(expression: str) -> Number:
 async def clock() -> str:
     """The current date and time in UTC, as an ISO 8601 string."""
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _count_execution(expression: str) -> None:
+    # With TETHER_TOOL_LOG set, every execution appends one line, so `tether
+    # crash-test` can prove from outside the servers that a completed call never
+    # ran twice across kills and resumes. Off by default; a one-line append.
+    log = os.environ.get("TETHER_TOOL_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()} {' '.join(expression.split())}\n")
 
 
 def evaluate(expression: str) -> Number:

@@ -1,0 +1,134 @@
+"""``tether crash-test``: prove a deployment's durability with real replicas and real signals.
+
+It starts replicas of a project against one store set, kills, terminates or pauses
+the one producing each round's turn at a random point, recovers as a client would,
+and checks design §5's invariants from the outside. Exit code: 0 when every round
+passed, 1 on any violation or broken-off round, 2 when it could not run, 130 when
+interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import typer
+from rich.console import Console
+
+from tether.cli.serve import DEFAULT_STORE_URL
+from tether.cli.server_app import example_project_dir
+from tether.crashtest.cluster import ClusterError
+from tether.crashtest.faults import FaultChoice
+from tether.crashtest.report import LiveView, render_summary
+from tether.crashtest.results import CrashTestReport
+from tether.crashtest.runner import CrashTestConfig, new_report, run_crash_test
+
+EXIT_VIOLATIONS = 1
+EXIT_CANNOT_RUN = 2
+EXIT_INTERRUPTED = 130
+
+
+def default_store_url(directory: Path) -> str:
+    """The embedded default store of ``tether serve``, in a fresh directory."""
+    if urlsplit(DEFAULT_STORE_URL).scheme == "sqlite":
+        return f"sqlite:///{directory / 'tether.db'}"
+    return f"file://{directory}"
+
+
+def crash_test_command(
+    project_dir: Annotated[
+        Path | None,
+        typer.Argument(help="Project directory with an agents/ package (default: the example)."),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Store URL every replica shares (default: the embedded store in a fresh "
+            "temporary directory)."
+        ),
+    ] = None,
+    replicas: Annotated[int, typer.Option(min=2, help="Server processes to run.")] = 2,
+    rounds: Annotated[int, typer.Option(min=1, help="Turns to fail and recover.")] = 10,
+    fault: Annotated[
+        FaultChoice,
+        typer.Option(help="kill (SIGKILL), term (SIGTERM), stop (SIGSTOP, then SIGCONT), mixed."),
+    ] = FaultChoice.MIXED,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of every random choice (default: a random one).")
+    ] = None,
+    json_file: Annotated[
+        Path | None, typer.Option("--json", help="Also write the report to this JSON file.")
+    ] = None,
+    agent: Annotated[str, typer.Option(help="agent_identifier of the long agent.")] = (
+        "long-writer"
+    ),
+) -> None:
+    """Fail the producing replica of a long turn, round after round, and check that
+    nothing was lost, duplicated, re-run or overwritten."""
+    console = Console()
+    if store is not None and urlsplit(store).scheme == "memory":
+        console.print("[red]memory:// is private to each process; replicas cannot share it[/red]")
+        raise typer.Exit(EXIT_CANNOT_RUN)
+    workdir = Path(tempfile.mkdtemp(prefix="tether-crash-test-"))
+    config = CrashTestConfig(
+        project_dir=(project_dir or example_project_dir()).resolve(),
+        store_url=store or default_store_url(workdir / "store"),
+        replicas=replicas,
+        rounds=rounds,
+        fault=fault,
+        seed=seed if seed is not None else random.SystemRandom().randrange(1, 10**6),
+        agent=agent,
+        workdir=workdir,
+    )
+    report = new_report(config)
+    code = _run(config, report, console)
+    if report.ok or (report.interrupted and not report.violations and not report.errors):
+        # Keep the replicas' logs only when there is something to read in them.
+        shutil.rmtree(workdir, ignore_errors=True)
+        report.workdir = None
+    console.print(render_summary(report))
+    if json_file is not None:
+        json_file.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    if code:
+        raise typer.Exit(code)
+
+
+def _run(config: CrashTestConfig, report: CrashTestReport, console: Console) -> int:
+    console.print(
+        f"tether crash-test: {config.rounds} rounds, fault {config.fault}, "
+        f"{config.replicas} replicas, store {config.store_url}, seed {config.seed}"
+    )
+    try:
+        with LiveView(console, config.rounds) as view:
+            asyncio.run(_main(config, view, report))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        report.interrupted = True
+        return EXIT_INTERRUPTED
+    except ClusterError as error:
+        report.error = str(error)
+        return EXIT_CANNOT_RUN
+    return 0 if report.ok else EXIT_VIOLATIONS
+
+
+async def _main(config: CrashTestConfig, view: LiveView, report: CrashTestReport) -> None:
+    # SIGTERM to the crash test stops it like Ctrl-C: rounds hang up, replicas stop.
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    installed = False
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+            installed = True
+    try:
+        await run_crash_test(config, view, report)
+    finally:
+        if installed:
+            loop.remove_signal_handler(signal.SIGTERM)

@@ -1,0 +1,24 @@
+"""``tether crash-test``: real replicas, real signals, invariants checked from outside.
+
+The command itself is ``tether.cli.crash_test``; this package is its machinery:
+``cluster`` (the replica processes), ``client`` (the turn readers), ``faults``,
+``recovery``, ``reference`` (crash-free runs), ``rounds``, ``invariants``,
+``fence``, ``results`` and ``report``.
+"""
+
+from tether.crashtest.faults import FaultChoice, FaultKind, FaultPoint
+from tether.crashtest.invariants import Violation, check_round
+from tether.crashtest.results import CrashTestReport, RoundResult
+from tether.crashtest.runner import CrashTestConfig, run_crash_test
+
+__all__ = [
+    "CrashTestConfig",
+    "CrashTestReport",
+    "FaultChoice",
+    "FaultKind",
+    "FaultPoint",
+    "RoundResult",
+    "Violation",
+    "check_round",
+    "run_crash_test",
+]

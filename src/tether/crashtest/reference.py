@@ -1,0 +1,114 @@
+"""Crash-free runs: what each round's prompt gives when nothing fails.
+
+One run per distinct prompt, each on a fresh session, all at once across the
+replicas. Its transcript is what a round must end with; its calculator count is
+how often the tool may run in a round; its timing places the faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tether.crashtest.client import TetherAPI
+from tether.crashtest.cluster import Cluster, ClusterError
+from tether.crashtest.faults import TurnShape
+from tether.crashtest.invariants import Expected, normalize_all
+
+PROMPTS = (
+    "Tell me about rivers and the towns along them.",
+    "Write about the harbor at night and the people who work there.",
+    "Describe a long journey across the mountains, step by step.",
+)
+
+
+@dataclass(frozen=True)
+class Reference:
+    expected: Expected
+    shape: TurnShape
+
+
+def completed_tool_calls(transcript: Sequence[dict[str, Any]]) -> int:
+    """Tool calls the bot's answers show as completed."""
+    return sum(_completed_in(m) for m in transcript if m.get("sender") == "bot")
+
+
+def has_completed_tool(message: dict[str, Any]) -> bool:
+    return _completed_in(message) > 0
+
+
+def _completed_in(message: dict[str, Any]) -> int:
+    return sum(
+        1
+        for part in message.get("content_parts") or []
+        if part.get("type") == "tool" and (part.get("tool") or {}).get("status") == "completed"
+    )
+
+
+async def crash_free_runs(
+    api: TetherAPI, cluster: Cluster, prompts: Sequence[str], *, within: float
+) -> tuple[dict[str, Reference], list[str]]:
+    """The reference of each prompt, and warnings about what cannot be checked."""
+    runs_before = cluster.tool_runs()
+    unique = list(dict.fromkeys(prompts))
+    runs = await asyncio.gather(
+        *(_run(api, cluster, prompt, number, within=within) for number, prompt in enumerate(unique))
+    )
+    executed = cluster.tool_runs() - runs_before
+    completed = sum(completed_tool_calls(transcript) for _, transcript, _ in runs)
+    warnings: list[str] = []
+    counted = True
+    if executed != completed:
+        if executed:
+            raise ClusterError(
+                f"the crash-free runs completed {completed} tool calls but the tool log "
+                f"counted {executed} executions; the count cannot be trusted"
+            )
+        # A project whose tools do not append to TETHER_TOOL_LOG.
+        warnings.append(
+            "the project's tools do not count their executions in TETHER_TOOL_LOG; "
+            "tool-once is not checked"
+        )
+        counted = False
+    references = {}
+    for prompt, transcript, shape in runs:
+        tool_runs = completed_tool_calls(transcript) if counted else 0
+        references[prompt] = Reference(
+            Expected(prompt, normalize_all(transcript), tool_runs), shape
+        )
+    return references, warnings
+
+
+async def _run(
+    api: TetherAPI, cluster: Cluster, prompt: str, number: int, *, within: float
+) -> tuple[str, list[dict[str, Any]], TurnShape]:
+    replica = cluster.replicas[number % len(cluster.replicas)]
+    session = f"crash-free-{uuid.uuid4().hex[:12]}"
+    reader = api.start_turn(replica.url, replica.name, prompt, session)
+    if not await reader.ended(within):
+        await reader.aclose()
+        raise ClusterError(f"the crash-free run of {prompt!r} did not end within {within:.0f} s")
+    if reader.status_code != 201 or not reader.finished_turn or not reader.messages:
+        raise ClusterError(
+            f"the crash-free run of {prompt!r} on {replica.name} failed: "
+            f"{reader.describe_end()} {reader.http_error or reader.error or reader.stream_error}"
+        )
+    transcript = await api.transcript(replica.url, session)
+    if transcript is None:
+        raise ClusterError(f"the crash-free run of {prompt!r} left no conversation")
+    messages = reader.messages
+    tool_at = next(
+        (
+            position
+            for position, event in enumerate(messages)
+            if event.message is not None and has_completed_tool(event.message)
+        ),
+        None,
+    )
+    shape = TurnShape(
+        messages=len(messages), duration=messages[-1].at - messages[0].at, tool_message=tool_at
+    )
+    return prompt, transcript, shape
