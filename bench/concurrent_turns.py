@@ -106,7 +106,7 @@ def _instrument_gaps(handler: ChatHandler) -> list[float]:
     async def beat() -> None:
         # A row's heartbeat is as old as the last renewal that has *landed*: measure
         # from the previous renewal to the moment this batch's writes are done.
-        before = {key: held.renewed_at for key, held in batcher._held.items()}
+        before = {key: held.lease.renewed_at for key, held in batcher._held.items()}
         await original()
         landed = handler.clock()
         gaps.extend((landed - renewed).total_seconds() for renewed in before.values())

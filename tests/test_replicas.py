@@ -249,7 +249,7 @@ async def test_a_reconnect_on_another_replica_gets_the_rest(
 
 @pytest.mark.parametrize("point", ["during_text", "after_tool"])
 async def test_sigkill_then_resume_on_another_replica(
-    replicas: Replicas, client: httpx2.AsyncClient, point: str
+    replicas: Replicas, client: httpx2.AsyncClient, backend: Backend, point: str
 ) -> None:
     reference = await _reference(client, replicas, PROMPT)
     runs_before = replicas.tool_runs()
@@ -264,12 +264,20 @@ async def test_sigkill_then_resume_on_another_replica(
     replicas.one.kill()
 
     assert await _wait_status(client, two, session, "dead", within=4.0) < 4.0
-    resume_url = f"{two}/chat/stream?tenant=t&resume=true&message_id={read.message_id}"
-    resumed = await read_in_background(
-        client, "POST", resume_url, json=_resume_body(session)
-    ).finished()
+    async with backend.stores() as stores:
+        assert stores.chat_stream_recording_store is not None
+        recorded = await stores.chat_stream_recording_store.read("t", "alice", session)
+    # Killed right after the tool, the turn may not have flushed a recording yet.
+    assert recorded is None or recorded.message_id == read.message_id
+    resumed = await _resume(client, two, read.message_id, session)
     assert resumed.status_code == 201
     assert resumed.messages and resumed.verdict() is None  # a clean live close
+    # The resumed stream starts from what clients last saw and never shrinks,
+    # even though the checkpoint it restarted from is older than the recording.
+    if recorded is not None:
+        assert resumed.messages[0]["content"] == recorded.message.content
+    for before, after in itertools.pairwise(resumed.messages):
+        assert after["content"].startswith(before["content"])
 
     transcript = await _transcript(client, two, session)
     assert _bot_answers(transcript) == reference
@@ -309,6 +317,14 @@ async def test_a_stopped_producer_is_fenced_and_writes_nothing(
 
     status = await _status(client, two, session)
     assert status == after_resume and status["status"] == "done"
+    # The fenced replica still holds its stale buffer; attaching there must give
+    # the current owner's answer, not the stale one.
+    stale_side = await read_stream(
+        client, "GET", f"{one}/chat/stream/{read.message_id}?tenant=t&session_id={session}"
+    )
+    assert stale_side.status_code == 200
+    assert stale_side.final_text == reference[-1][0]
+    assert stale_side.terminal("stream_status") == {"reason": "done"}
     assert _bot_answers(await _transcript(client, two, session)) == reference
     async with backend.stores() as stores:
         assert stores.chat_stream_recording_store is not None

@@ -142,9 +142,11 @@ class ChatHandler:
             stateful=request.stateful,
             resuming=resuming,
         )
+        if request.stateful:
+            await self._check_writer(request.tenant, requester, request.session_id or "")
         lease = await self._claim(context) if request.stateful else None
         try:
-            first_index = await self._first_index(context) if resuming else 0
+            first_index, recorded = await self._recorded(context) if resuming else (0, None)
             if request.stateful and not resuming:
                 await self._record_user_message(request, context)
         except BaseException:
@@ -164,6 +166,7 @@ class ChatHandler:
             lease=lease,
             buffer=ChatStreamBuffer(first_index),
             heartbeats=self.heartbeats,
+            recorded=recorded,
         )
         self._turns[message_id] = turn
         task = turn.start()
@@ -203,6 +206,24 @@ class ChatHandler:
             return key
         return ConversationKey(tenant, summary.owner_uuid, session_id)
 
+    async def _check_writer(self, tenant: str, requester_uuid: str, session_id: str) -> None:
+        """Writes (a turn, a resume, a cancel) are the owner's alone, shared or not.
+
+        Stream rows are keyed by requester, so without this another user's
+        resume or cancel would only miss the owner's rows and answer 410 or 404
+        instead of saying plainly that the conversation is not theirs."""
+        store = self.stores.conversation
+        if store is None:
+            return
+        try:
+            summary = await store.get_conversation(tenant, requester_uuid, session_id)
+        except NotImplementedError:
+            return
+        except ConversationNotOwnedError as error:
+            raise NotOwnerError("only the owner can write to this conversation") from error
+        if summary is not None and summary.owner_uuid != requester_uuid:
+            raise NotOwnerError("only the owner can write to this conversation")
+
     async def _claim(self, context: TurnContext) -> Lease | None:
         store = self.stores.supervision
         if store is None:
@@ -237,19 +258,23 @@ class ChatHandler:
                 f"turn {message_id} is still running; attach to it instead", message_id=message_id
             )
 
-    async def _first_index(self, context: TurnContext) -> int:
-        """Where a resumed turn's indexes start: past anything the dead producer
-        can have published. It flushed index ``r`` last, but may have streamed more
-        after that flush; a producer never streams more than ``max_turn_events``,
-        so ``r + 1 + max_turn_events`` is beyond all of it. Ids stay unique and
-        an old ``start_index`` or ``Last-Event-ID`` still works."""
+    async def _recorded(self, context: TurnContext) -> tuple[int, ChatMessage | None]:
+        """Where a resumed turn's stream starts, and what its clients last saw.
+
+        Indexes start past anything the dead producer can have published: it
+        flushed index ``r`` last but may have streamed more after that flush; a
+        producer never streams more than ``max_turn_events``, so
+        ``r + 1 + max_turn_events`` is beyond all of it. Ids stay unique and an
+        old ``start_index`` or ``Last-Event-ID`` still works. The recorded message
+        is returned so the resumed stream can start from it rather than from the
+        (older) checkpoint."""
         store = self.stores.recording
         if store is None:
-            return 0
+            return 0, None
         record = await store.read(context.tenant, context.requester_uuid, context.session_id or "")
         if record is None or record.message_id != context.message_id:
-            return self.settings.max_turn_events
-        return record.index + 1 + self.settings.max_turn_events
+            return self.settings.max_turn_events, None
+        return record.index + 1 + self.settings.max_turn_events, record.message
 
     async def _record_user_message(self, request: ChatRequest, context: TurnContext) -> None:
         store = self.stores.conversation
@@ -314,6 +339,10 @@ class ChatHandler:
         The flag says whether the source is the live buffer."""
         requester = normalize_owner(requester_uuid)
         local = self._turns.get(message_id)
+        if local is not None and local.lease is not None and local.lease.lost:
+            # This replica lost the turn (a takeover, a cancel, a drain): its buffer
+            # is a stale copy. Follow the stores, where the current owner writes.
+            local = None
         if local is not None and (local.context.tenant, local.context.requester_uuid) == (
             tenant,
             requester,
@@ -381,7 +410,12 @@ class ChatHandler:
         local = self._turns.get(message_id)
         store = self.stores.supervision
         if store is None or (local is not None and local.lease is None):
-            if local is None:
+            # A stateless turn has no conversation to check: only its own
+            # requester may stop it, and to anyone else it does not exist.
+            if local is None or (local.context.tenant, local.context.requester_uuid) != (
+                tenant,
+                normalize_owner(requester_uuid),
+            ):
                 raise TurnNotFoundError(f"turn {message_id} is not running on this server")
             if local.buffer.end is not None:
                 raise TurnGoneError(f"turn {message_id} already ended ({local.buffer.end.reason})")
@@ -389,6 +423,7 @@ class ChatHandler:
             return
         if not session_id:
             raise TurnRequestError("cancelling a stateful turn needs its session_id")
+        await self._check_writer(tenant, normalize_owner(requester_uuid), session_id)
         key = self._key(tenant, requester_uuid, session_id)
         row = await store.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:

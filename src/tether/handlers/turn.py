@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
+from tether.adapters.stream_buffer.follower import is_regression
 from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
 from tether.adapters.stream_buffer.lease import Lease, LeaseLostError
 from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd
@@ -62,6 +63,7 @@ class Turn:
         lease: Lease | None,
         buffer: ChatStreamBuffer,
         heartbeats: HeartbeatBatcher | None = None,
+        recorded: ChatMessage | None = None,
     ) -> None:
         self.request = request
         self.setup = setup
@@ -75,12 +77,17 @@ class Turn:
         self.lease = lease
         self.buffer = buffer
         self._heartbeats = heartbeats
+        # A resumed turn starts its stream from what clients last saw, and holds
+        # back the regenerated text until it has passed that point.
+        self._recorded = recorded
+        self._holding_back = recorded
         self._resumables: list[ResumableAgentDependency] = []
         self._checkpoint_lock = asyncio.Lock()
         self._flushed_index = -1
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
         self._last_renewal = clock()
+        self._dead_after = timedelta(seconds=settings.dead_after)
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
         self._handing_off = False
@@ -167,6 +174,8 @@ class Turn:
         if self.context.stateful:
             conversation = await self._restore(conversation)
         workers = self._start_workers()
+        if self._recorded is not None:
+            self.buffer.publish(self._recorded)
         self._drive_task = asyncio.create_task(self._drive(created, conversation))
         try:
             await self._drive_task
@@ -203,6 +212,14 @@ class Turn:
             ) from None
 
     def _publish(self, message: ChatMessage) -> None:
+        if self.lease is not None and self._clock() - self.lease.renewed_at > self._dead_after:
+            # Unrenewed past the dead threshold (a stall, a SIGSTOP, an outage):
+            # another replica may own the turn now. Stop before showing anything.
+            raise LeaseLostError(self.message_id)
+        if self._holding_back is not None:
+            if is_regression(self._holding_back, message):
+                return
+            self._holding_back = None
         if self.buffer.next_index - self.buffer.first_index >= self._settings.max_turn_events:
             raise TurnLimitError(
                 "TURN_TOO_LONG",
@@ -315,7 +332,7 @@ class Turn:
             return
         try:
             await self.lease.renew()
-            self._last_renewal = self._clock()
+            self._last_renewal = self.lease.renewed_at
         except LeaseLostError:
             raise
         except Exception:

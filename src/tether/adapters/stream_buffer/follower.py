@@ -107,7 +107,7 @@ class RecordingFollower:
         while True:
             record, row = await self._read()
             if record is not None and record.index > sent_index:
-                if _is_regression(sent, record.message):
+                if is_regression(sent, record.message):
                     # A takeover restarts from an older checkpoint: hold back until
                     # the new producer has passed what this client already shows.
                     sent_index = record.index
@@ -162,7 +162,9 @@ def has_push(recording: ChatStreamRecordingStore) -> bool:
     return type(recording).wait_for_change is not ChatStreamRecordingStore.wait_for_change
 
 
-def _is_regression(sent: ChatMessage | None, new: ChatMessage) -> bool:
+def is_regression(sent: ChatMessage | None, new: ChatMessage) -> bool:
+    """Whether ``new`` is an older state of what the client already has (a
+    takeover restarted from a checkpoint behind the recording)."""
     return (
         sent is not None
         and len(new.content) < len(sent.content)

@@ -32,7 +32,6 @@ Clock = Callable[[], datetime]
 class _Held:
     lease: Lease
     on_lost: Callable[[], None]
-    renewed_at: datetime
 
 
 class HeartbeatBatcher:
@@ -61,7 +60,7 @@ class HeartbeatBatcher:
         self.late_beats = 0  # batches that took longer than the interval
 
     def hold(self, lease: Lease, on_lost: Callable[[], None]) -> None:
-        self._held[id(lease)] = _Held(lease, on_lost, self._clock())
+        self._held[id(lease)] = _Held(lease, on_lost)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="heartbeats")
 
@@ -113,12 +112,12 @@ class HeartbeatBatcher:
         except Exception:
             logger.warning("heartbeat batch of %d failed; will retry", len(held), exc_info=True)
             for h in held:
-                if now - h.renewed_at > self._dead_after:
+                if now - h.lease.renewed_at > self._dead_after:
                     self._lose(h)
             return
         for h, renewed in zip(held, results, strict=True):
             if renewed:
-                h.renewed_at = now
+                h.lease.renewed_at = now
             else:
                 self._lose(h)
 

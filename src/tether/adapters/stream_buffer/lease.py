@@ -59,6 +59,8 @@ class Lease:
         self.epoch = epoch
         self._clock = clock
         self.lost = False
+        self.renewed_at = clock()
+        """When the row last held a heartbeat of ours that the store accepted."""
 
     async def _swap(self, status: ChatStreamStatus, heartbeat_at: datetime | None = None) -> bool:
         row = ChatStreamSupervision(
@@ -76,9 +78,11 @@ class Lease:
         """Stamp a fresh RUNNING heartbeat, or raise LeaseLostError (and stay fenced)."""
         if self.lost:
             raise LeaseLostError(self.message_id)
-        if not await self._swap(ChatStreamStatus.RUNNING):
+        now = self._clock()
+        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=now):
             self.lost = True
             raise LeaseLostError(self.message_id)
+        self.renewed_at = now
 
     async def finish(self, status: ChatStreamStatus) -> None:
         """Write the terminal status, still guarded by the epoch."""
