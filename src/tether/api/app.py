@@ -6,12 +6,16 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tether.api.auth import AuthenticationError, Authenticator, HeaderAuthenticator
 from tether.api.body_limit import BodySizeLimitMiddleware
+from tether.api.identity import AUTH_RESPONSES, AUTHENTICATED
 from tether.api.routers import chat, conversations, probes
 from tether.domain.agent_registries import AgentRegistriesFactory
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
@@ -25,6 +29,7 @@ from tether.handlers.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
+_STATUSES = {status.value for status in HTTPStatus}
 
 
 def setup_app(
@@ -40,6 +45,7 @@ def setup_app(
     message_bus: MessageBus | None = None,
     clock: Callable[[], datetime] = utc_now,
     title: str = "tether",
+    authenticator: Authenticator | None = None,
 ) -> FastAPI:
     """Build the API server. Every store is optional and unlocks its own layer:
 
@@ -50,6 +56,11 @@ def setup_app(
     - ``chat_conversation_store``: durable, listable transcripts;
     - ``mcp_oauth_store`` with ``mcp_oauth_token_client``: MCP servers that need
       the user's OAuth authorization.
+
+    ``authenticator`` says who is asking (default: ``HeaderAuthenticator``, the
+    identity headers a trusted gateway sets; ``JWTAuthenticator`` verifies a
+    bearer token instead). Every chat and conversation route goes through it;
+    the probes and the API docs do not.
     """
     settings = settings or TetherSettings()
     bus = message_bus or MessageBus()
@@ -81,14 +92,37 @@ def setup_app(
     app.state.stores = stores
     app.state.mcp_oauth_store = mcp_oauth_store
     app.state.mcp_oauth_token_client = mcp_oauth_token_client
+    app.state.authenticator = authenticator or HeaderAuthenticator()
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(TurnRequestError)
     async def turn_request_error(request: Request, error: TurnRequestError) -> JSONResponse:
         return JSONResponse(error.body(), status_code=error.status_code)
 
-    app.include_router(chat.router)
-    app.include_router(conversations.router)
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body that is not UTF-8 is "error parsing the
+        # body", 400) get the same {"code", "message"} shape as ours, which is
+        # what the schema promises for every 4xx; ``detail`` stays for old clients.
+        code = HTTPStatus(error.status_code).name if error.status_code in _STATUSES else "ERROR"
+        message = str(error.detail)
+        return JSONResponse(
+            {"code": code, "message": message, "detail": message},
+            status_code=error.status_code,
+            headers=error.headers,
+        )
+
+    @app.exception_handler(AuthenticationError)
+    async def authentication_error(request: Request, error: AuthenticationError) -> JSONResponse:
+        # RFC 7235: a 401 names the scheme that would be accepted.
+        return JSONResponse(
+            error.body(),
+            status_code=error.status_code,
+            headers={"WWW-Authenticate": error.challenge},
+        )
+
+    app.include_router(chat.router, dependencies=AUTHENTICATED, responses=AUTH_RESPONSES)
+    app.include_router(conversations.router, dependencies=AUTHENTICATED, responses=AUTH_RESPONSES)
     app.include_router(probes.router)
     return app
 

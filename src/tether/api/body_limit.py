@@ -7,11 +7,17 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodySizeLimitMiddleware:
+    """A declared ``Content-Length`` over the limit is refused before the app runs.
+
+    A body without one (chunked) is counted as the app reads it. The moment it
+    passes the limit the 413 is sent from here and the app is told the client
+    went away. Raising instead would not work: FastAPI turns any exception
+    from reading the body into its own 400 before it could reach this
+    middleware, so the client would hear "error parsing the body" for what is
+    a body too large. Whatever the app answers after that is dropped.
+    """
+
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
@@ -26,27 +32,31 @@ class BodySizeLimitMiddleware:
             return
         seen = 0
         started = False
+        refused = False
 
         async def limited_receive() -> Message:
-            nonlocal seen
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _TooLarge
+                    if not started:
+                        refused = True
+                        await self._refuse(send)
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal started
+            if refused:
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send)
+        await self.app(scope, limited_receive, tracking_send)
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps(
@@ -59,7 +69,13 @@ class BodySizeLimitMiddleware:
             {
                 "type": "http.response.start",
                 "status": 413,
-                "headers": [(b"content-type", b"application/json")],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    # The rest of the body is never read: the connection cannot
+                    # carry another request.
+                    (b"connection", b"close"),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": body})

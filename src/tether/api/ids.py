@@ -1,7 +1,8 @@
 """Validation of the ids clients send: tenants, sessions, messages.
 
 Stores escape ids themselves; this is the first line: reject what no honest
-client sends (control characters, absurd lengths) with a clear 422.
+client sends (control characters, path separators, absurd lengths) with a
+clear 422.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from fastapi import Path, Query
 
 MAX_ID_LENGTH = 256
 # Printable characters only, no whitespace at the ends: no NUL, no newlines.
-ID_PATTERN = r"^[^\x00-\x1f\x7f\s](?:[^\x00-\x1f\x7f]*[^\x00-\x1f\x7f\s])?$"
+# No slash or backslash either: an id is one name, never a path (no "../../x").
+ID_PATTERN = r"^[^\x00-\x1f\x7f\s/\\](?:[^\x00-\x1f\x7f/\\]*[^\x00-\x1f\x7f\s/\\])?$"
 
 TenantQuery = Annotated[
     str,

@@ -11,6 +11,7 @@ from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
 from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
 from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
 from tether.api.app import setup_app
+from tether.api.auth import Authenticator
 from tether.cli.load_chat_agent_factory import from_string, project_paths
 from tether.settings import TetherSettings
 from tether.stores import StoreBundle
@@ -26,6 +27,7 @@ def build_app(
     *,
     stores: StoreBundle | None = None,
     settings: TetherSettings | None = None,
+    authenticator: Authenticator | None = None,
 ) -> FastAPI:
     project = project_dir or example_project_dir()
     agents_dir, setups_file, secrets_file = project_paths(project)
@@ -38,4 +40,9 @@ def build_app(
         agent_dependency_registry=AgentDependencyRegistry,
     )
     bundle = stores or StoreBundle()
-    return setup_app(agent_registries_factory=factory, settings=settings, **bundle.setup_kwargs())
+    return setup_app(
+        agent_registries_factory=factory,
+        settings=settings,
+        authenticator=authenticator,
+        **bundle.setup_kwargs(),
+    )

@@ -23,12 +23,17 @@ from tether.domain.chat_conversation_store import (
     ConversationSummary,
 )
 from tether.domain.chat_message import ChatMessage
-from tether.handlers.errors import NotImplementedByStoreError, NotOwnerError, TurnNotFoundError
+from tether.handlers.errors import (
+    NotImplementedByStoreError,
+    NotOwnerError,
+    TurnNotFoundError,
+    TurnRequestError,
+)
 
 router = APIRouter(tags=["conversations"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (403, 404, 501)
+    code: {"model": ErrorBody} for code in (400, 403, 404, 501)
 }
 T = TypeVar("T")
 
@@ -71,7 +76,14 @@ async def list_conversations(
     """Your own conversations, most recently updated first."""
     requester = request_identity(request).requester_uuid
     store = _store(request)
-    return await _call(store.list_conversations(tenant, requester, limit, cursor), "list")
+    try:
+        return await _call(store.list_conversations(tenant, requester, limit, cursor), "list")
+    except ValueError as error:
+        if cursor is None:
+            raise
+        # Stores refuse a cursor they did not hand out with ValueError; that is
+        # the client's mistake, not the server's.
+        raise TurnRequestError("the cursor is not one this server handed out") from error
 
 
 @router.get("/conversations/{session_id}", response_model=ConversationBody, responses=_ERRORS)
