@@ -92,7 +92,13 @@ def cluster(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Itera
     project = make_project(
         root / "project", chunks_per_second=30, answer_chunks=64, tool_call_after_chunks=5
     )
-    env = {"TETHER_TEST_TOOL_LOG": str(root / "tools.log"), "TETHER_FINISHED_TURN_GRACE": "60"}
+    env = {
+        "TETHER_TEST_TOOL_LOG": str(root / "tools.log"),
+        "TETHER_FINISHED_TURN_GRACE": "60",
+        # Shorter than the 2 s reference answer, so a drained turn is handed off
+        # rather than finishing inside the grace.
+        "TETHER_DRAIN_GRACE": "0.5",
+    }
     args = backend.serve_args()
     one = ServerProcess(
         project, store_url=backend.store_url, env=env, log_path=root / "one.log", extra_args=args
@@ -431,10 +437,10 @@ async def test_sigterm_drains_hands_off_and_resume_completes(
     await read.finished(within=10)
     # Readers of the draining replica are told to resume elsewhere...
     assert read.verdict() == "dead"
-    # ...and the row reads dead as soon as the drain grace (2 s) is over, not
+    # ...and the row reads dead as soon as the drain grace (0.5 s) is over, not
     # after the 3 s it takes an unrenewed heartbeat to age.
     await _wait_status(client, two, session, "dead", within=1.0)
-    assert time.monotonic() - terminated_at < 2.0 + 1.0
+    assert time.monotonic() - terminated_at < 0.5 + 1.0
     assert replicas.one.process is not None
     # uvicorn re-raises the signal after its graceful shutdown: dying "of" SIGTERM
     # once everything is handed off is the convention; anything else is a crash.
