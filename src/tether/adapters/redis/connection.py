@@ -28,10 +28,6 @@ _UNAVAILABLE = (
 )
 
 
-_MAX_CONNECTIONS = 64
-_POOL_TIMEOUT = 5.0  # seconds a caller may wait for a pooled connection
-
-
 class RedisConnection:
     """A ``redis.asyncio.Redis`` client with everything the Redis stores share.
 
@@ -89,16 +85,7 @@ class RedisConnection:
         """
         parsed = parse_url(url)
         try:
-            # A blocking pool: under a burst (a thousand turns starting at once) a
-            # caller waits for a free connection instead of failing with "Too many
-            # connections", as the default pool does once it is exhausted.
-            pool = redis.asyncio.BlockingConnectionPool.from_url(
-                parsed.client_url,
-                max_connections=_MAX_CONNECTIONS,
-                timeout=_POOL_TIMEOUT,
-                **client_defaults(),
-            )
-            client = redis.asyncio.Redis.from_pool(pool)
+            client = redis.asyncio.Redis.from_url(parsed.client_url, **client_defaults())
         except ValueError as error:
             raise StoreURLError(f"store URL {parsed.name}: {error}") from error
         return cls(
