@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -450,3 +451,101 @@ async def test_opens_nest_and_the_last_close_stops_the_threads(db_path: Path) ->
         await state.load("t", "u", "s")
     async with state:  # and it opens again
         assert await state.load("t", "u", "s") == {}
+
+
+# Opening while another process closes ----------------------------------------------
+#
+# SQLite can refuse ``PRAGMA journal_mode = WAL`` with SQLITE_BUSY at once, without
+# its busy handler: for a few milliseconds while another process's last connection
+# checkpoints and removes the WAL, or while the WAL index is recovered. CI once
+# failed a four-process race on exactly that. Opening must wait it out as a write
+# waits out a lock, within the busy timeout.
+
+
+def _busy() -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError("database is locked")
+    error.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+    return error
+
+
+class _RefusesWAL(sqlite3.Connection):
+    """A connection whose first ``refusals`` WAL switches fail the way SQLite's do."""
+
+    refusals = 0
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:  # type: ignore[override]
+        if "journal_mode = WAL" in sql and _RefusesWAL.refusals > 0:
+            _RefusesWAL.refusals -= 1
+            raise _busy()
+        return super().execute(sql, *args)
+
+
+@pytest.fixture
+def wal_refusals(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    connect = sqlite3.connect
+
+    def refusing(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        return connect(*args, factory=_RefusesWAL, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", refusing)
+
+    def refuse(times: int) -> None:
+        _RefusesWAL.refusals = times
+
+    return refuse
+
+
+async def test_opening_waits_out_a_wal_switch_refused_as_busy(
+    db_path: Path, wal_refusals: Callable[[int], None]
+) -> None:
+    wal_refusals(3)
+    async with SQLiteDatabase(db_path, busy_timeout=2) as database:
+        assert (await database.diagnostics()).journal_mode == "wal"
+    assert _RefusesWAL.refusals == 0
+
+
+async def test_opening_refused_past_the_busy_timeout_is_unavailable(
+    db_path: Path, wal_refusals: Callable[[int], None]
+) -> None:
+    wal_refusals(10**9)
+    database = SQLiteDatabase(db_path, busy_timeout=0.05, name="the-test-db")
+    with pytest.raises(StoreUnavailableError, match="the-test-db"):
+        await database.open()
+    assert _sqlite_threads() == []
+
+
+def _open_and_close(path: str, cycles: int, barrier: Any, results: Any) -> None:
+    async def cycle() -> None:
+        for _ in range(cycles):
+            async with SQLiteDatabase(path):
+                pass
+
+    barrier.wait()
+    try:
+        asyncio.run(cycle())
+    except Exception as exc:
+        results.put(repr(exc))
+    else:
+        results.put("ok")
+
+
+@pytest.mark.processes
+def test_processes_opening_and_closing_one_fresh_file_all_succeed(db_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    processes_count, cycles = 4, 150
+    barrier = context.Barrier(processes_count)
+    results = context.Queue()
+    processes = [
+        context.Process(target=_open_and_close, args=(str(db_path), cycles, barrier, results))
+        for _ in range(processes_count)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        outcomes = [results.get(timeout=60) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    assert outcomes == ["ok"] * processes_count

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -235,7 +236,9 @@ class SQLiteDatabase:
                 self._path, timeout=self._busy_timeout, isolation_level=None
             )
             try:
-                mode = connection.execute(queries.SET_JOURNAL_MODE_WAL).fetchone()[0]
+                mode = self._while_busy(
+                    lambda: connection.execute(queries.SET_JOURNAL_MODE_WAL).fetchone()[0]
+                )
                 if str(mode).lower() != "wal":
                     raise StoreError(
                         f"SQLite store {self._name}: the file system refused WAL mode "
@@ -248,6 +251,28 @@ class SQLiteDatabase:
             return connection
 
         return connect
+
+    def _while_busy(self, step: Callable[[], _T]) -> _T:
+        """``step()``, tried again while SQLite answers SQLITE_BUSY, until the busy timeout.
+
+        Switching to WAL can be refused at once, without the busy handler
+        (which only waits for ordinary locks): for example while another
+        process's last connection checkpoints and removes the WAL on close, or
+        while it recovers the WAL index. Those last milliseconds, so opening
+        waits as long as a write would, then fails as a write would.
+        """
+        deadline = time.monotonic() + self._busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                return step()
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = code is not None and code & 0xFF == sqlite3.SQLITE_BUSY
+                if not busy or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)  # in the lane's own thread, never on the event loop
+            pause = min(pause * 2, 0.05)
 
     def _make_parents(self) -> None:
         directory = self._path.parent
