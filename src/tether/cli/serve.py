@@ -134,6 +134,7 @@ def serve_command(
         stores=stores,
         settings=settings_from_env(),
         authenticator=authenticator,
+        mcp_store_url=store,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
     DrainingServer(config, app).run()

@@ -10,8 +10,10 @@ from fastapi import FastAPI
 from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
 from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
 from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
+from tether.adapters.mcp.serving import mcp_oauth_setup_kwargs
 from tether.api.app import setup_app
 from tether.api.auth import Authenticator
+from tether.api.routers.mcp import install_mcp_oauth
 from tether.cli.load_chat_agent_factory import from_string, project_paths
 from tether.settings import TetherSettings
 from tether.stores import StoreBundle
@@ -28,6 +30,7 @@ def build_app(
     stores: StoreBundle | None = None,
     settings: TetherSettings | None = None,
     authenticator: Authenticator | None = None,
+    mcp_store_url: str | None = None,
 ) -> FastAPI:
     project = project_dir or example_project_dir()
     agents_dir, setups_file, secrets_file = project_paths(project)
@@ -40,9 +43,13 @@ def build_app(
         agent_dependency_registry=AgentDependencyRegistry,
     )
     bundle = stores or StoreBundle()
-    return setup_app(
+    app = setup_app(
         agent_registries_factory=factory,
         settings=settings,
         authenticator=authenticator,
         **bundle.setup_kwargs(),
+        # The MCP OAuth store lives beside the other stores of the same URL.
+        **mcp_oauth_setup_kwargs(mcp_store_url, stores=bundle),
     )
+    install_mcp_oauth(app)
+    return app

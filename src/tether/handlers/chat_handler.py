@@ -46,6 +46,7 @@ from tether.handlers.errors import (
 )
 from tether.handlers.turn import Turn
 from tether.handlers.turn_stores import TurnStores
+from tether.metrics import TetherMetrics
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
@@ -92,12 +93,14 @@ class ChatHandler:
         self.draining = False
         self._turns: dict[str, Turn] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.metrics = TetherMetrics()
         self.heartbeats = (
             HeartbeatBatcher(
                 stores.supervision,
                 interval=settings.heartbeat_interval,
                 dead_after=self.dead_after,
                 clock=clock,
+                on_batch=self.metrics.heartbeat_observer(stores.supervision),
             )
             if stores.supervision is not None
             else None
@@ -167,8 +170,10 @@ class ChatHandler:
             buffer=ChatStreamBuffer(first_index),
             heartbeats=self.heartbeats,
             recorded=recorded,
+            metrics=self.metrics,
         )
         self._turns[message_id] = turn
+        self.metrics.turn_started(resumed=resuming)
         task = turn.start()
         task.add_done_callback(lambda _: self._after_turn(turn))
         return turn
@@ -304,6 +309,9 @@ class ChatHandler:
     # ---------------------------------------------------- after and cleanup
 
     def _after_turn(self, turn: Turn) -> None:
+        self.metrics.turn_ended(
+            turn.buffer.end, lease_lost=turn.lease is not None and turn.lease.lost
+        )
         task = asyncio.get_running_loop().create_task(self._clean_up_later(turn))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -347,7 +355,7 @@ class ChatHandler:
             tenant,
             requester,
         ):
-            return local.buffer.follow(start_index), True
+            return self.metrics.lagged(local.buffer.follow(start_index)), True
         recording, supervision = self.stores.recording, self.stores.supervision
         if not session_id or recording is None or supervision is None:
             raise TurnNotFoundError(
@@ -356,7 +364,7 @@ class ChatHandler:
             )
         key = await self._reader_key(tenant, requester, session_id)
         if local is not None and local.context.requester_uuid == key.requester_uuid:
-            return local.buffer.follow(start_index), True
+            return self.metrics.lagged(local.buffer.follow(start_index)), True
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
             raise TurnGoneError(f"turn {message_id} is finished and cleaned up, or never existed")

@@ -33,6 +33,7 @@ from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.turn_context import TurnContext
 from tether.handlers.turn_stores import TurnStores
+from tether.metrics import TetherMetrics
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Turn:
         buffer: ChatStreamBuffer,
         heartbeats: HeartbeatBatcher | None = None,
         recorded: ChatMessage | None = None,
+        metrics: TetherMetrics | None = None,
     ) -> None:
         self.request = request
         self.setup = setup
@@ -77,6 +79,7 @@ class Turn:
         self.lease = lease
         self.buffer = buffer
         self._heartbeats = heartbeats
+        self._metrics = metrics if metrics is not None else TetherMetrics()
         # A resumed turn starts its stream from what clients last saw, and holds
         # back the regenerated text until it has passed that point.
         self._recorded = recorded
@@ -295,7 +298,9 @@ class Turn:
         if guard:
             await self._renew()
         ctx = self.context
-        await store.save(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", state)
+        with self._metrics.timed("agent_state", store, "save"):
+            await store.save(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", state)
+        self._metrics.observe_checkpoint(state)
 
     # --------------------------------------------------------------- workers
 
@@ -363,7 +368,8 @@ class Turn:
             epoch=self._epoch,
         )
         try:
-            await store.put(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", event)
+            with self._metrics.timed("recording", store, "put"):
+                await store.put(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", event)
         except RecordingFencedError:
             if self.lease is not None:
                 self.lease.lost = True

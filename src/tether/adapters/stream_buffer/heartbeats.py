@@ -50,11 +50,13 @@ class HeartbeatBatcher:
         interval: float,
         dead_after: timedelta,
         clock: Clock,
+        on_batch: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._store = store
         self._interval = interval
         self._dead_after = dead_after
         self._clock = clock
+        self._on_batch = on_batch  # told each batch's duration (metrics)
         self._held: dict[int, _Held] = {}
         self._task: asyncio.Task[None] | None = None
         self.late_beats = 0  # batches that took longer than the interval
@@ -80,6 +82,7 @@ class HeartbeatBatcher:
             await asyncio.sleep(max(0.0, next_beat - loop.time()))
             started = loop.time()
             await self.beat()
+            self._on_batch(loop.time() - started)
             if loop.time() - started > self._interval:
                 self.late_beats += 1
             next_beat += self._interval

@@ -1,0 +1,310 @@
+"""MCP OAuth rows in the PostgreSQL database of the PostgreSQL backend, in tables of their own.
+
+The repository works over a ``tether.adapters.postgres.PostgresDatabase``: the
+one the other stores of the same URL share (its pool; ``tether serve`` passes
+it), or one of its own (``from_url``). Its tables are created at open by the
+idempotent DDL below, in one transaction holding an advisory lock of its own,
+so replicas starting together do not race; the backend's migrations and schema
+version are not touched.
+
+Each row holds the sealed ``RecordCodec`` document (credentials encrypted) as
+jsonb, the ids as text, and SHA-256 keys for lookups, so ids of any length fit
+a B-tree: the primary key over (tenant, user, server), an owner key over
+(tenant, user) for listing, and a state key for the callback. Compare-and-swap
+is one conditional statement. Ids and documents cannot hold NUL characters
+(PostgreSQL text cannot); such ids are refused before any I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final
+
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
+
+from tether.adapters.mcp._codec import RecordCodec
+from tether.adapters.mcp.encryption import NO_KEY_MESSAGE, MCPOAuthCipher
+from tether.adapters.mcp.records import MCPOAuthClientInfoRecord, MCPUserIntegrationRecord
+from tether.adapters.mcp.repository import MCPOAuthRepository, is_tombstone
+from tether.adapters.postgres import PostgresDatabase
+
+# The SQL of this repository, in one place ------------------------------------------------
+
+LOCK_KEY: Final = 8387237872774807600
+"""Advisory lock serializing this repository's DDL across replicas."""
+
+CREATE_TABLES: Final = (
+    "SELECT pg_advisory_xact_lock(%(lock_key)s)",
+    """
+    CREATE TABLE IF NOT EXISTS tether_mcp_oauth_integrations (
+        key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+        owner_key bytea NOT NULL,
+        state_key bytea,
+        tenant text NOT NULL,
+        user_uuid text NOT NULL,
+        server_name text NOT NULL,
+        revision text,
+        document jsonb NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS tether_mcp_oauth_integrations_owner
+    ON tether_mcp_oauth_integrations (owner_key)
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS tether_mcp_oauth_integrations_state
+    ON tether_mcp_oauth_integrations (state_key) WHERE state_key IS NOT NULL
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS tether_mcp_oauth_clients (
+        key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+        tenant_key bytea NOT NULL,
+        tenant text NOT NULL,
+        server_name text NOT NULL,
+        document jsonb NOT NULL,
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS tether_mcp_oauth_clients_tenant
+    ON tether_mcp_oauth_clients (tenant_key)
+    """,
+)
+TABLES_EXIST: Final = """
+SELECT to_regclass('tether_mcp_oauth_integrations') IS NOT NULL
+   AND to_regclass('tether_mcp_oauth_clients') IS NOT NULL AS ready
+"""
+LIST_INTEGRATIONS: Final = """
+SELECT document FROM tether_mcp_oauth_integrations WHERE owner_key = %(owner_key)s
+"""
+GET_INTEGRATION: Final = "SELECT document FROM tether_mcp_oauth_integrations WHERE key = %(key)s"
+FIND_BY_STATE: Final = """
+SELECT document FROM tether_mcp_oauth_integrations WHERE state_key = %(state_key)s LIMIT 1
+"""
+_COLUMNS: Final = "key, owner_key, state_key, tenant, user_uuid, server_name, revision, document"
+_VALUES: Final = """
+%(key)s, %(owner_key)s, %(state_key)s, %(tenant)s, %(user_uuid)s, %(server_name)s,
+%(revision)s, %(document)s::jsonb
+"""
+UPSERT_INTEGRATION: Final = f"""
+INSERT INTO tether_mcp_oauth_integrations ({_COLUMNS}) VALUES ({_VALUES})
+ON CONFLICT (key) DO UPDATE SET
+    state_key = excluded.state_key, revision = excluded.revision,
+    document = excluded.document, updated_at = now()
+"""
+INSERT_INTEGRATION_IF_ABSENT: Final = f"""
+INSERT INTO tether_mcp_oauth_integrations ({_COLUMNS}) VALUES ({_VALUES})
+ON CONFLICT (key) DO NOTHING
+RETURNING 1 AS written
+"""
+UPDATE_INTEGRATION_IF_REVISION: Final = """
+UPDATE tether_mcp_oauth_integrations
+SET state_key = %(state_key)s, revision = %(revision)s, document = %(document)s::jsonb,
+    updated_at = now()
+WHERE key = %(key)s AND revision IS NOT DISTINCT FROM %(expected)s::text
+RETURNING 1 AS written
+"""
+DELETE_INTEGRATION: Final = """
+DELETE FROM tether_mcp_oauth_integrations WHERE key = %(key)s RETURNING 1 AS written
+"""
+DELETE_INTEGRATION_IF_REVISION: Final = """
+DELETE FROM tether_mcp_oauth_integrations
+WHERE key = %(key)s AND revision IS NOT DISTINCT FROM %(expected)s::text
+RETURNING 1 AS written
+"""
+NO_INTEGRATION: Final = """
+SELECT NOT EXISTS (SELECT 1 FROM tether_mcp_oauth_integrations WHERE key = %(key)s) AS written
+"""
+LIST_CLIENTS: Final = """
+SELECT document FROM tether_mcp_oauth_clients WHERE tenant_key = %(tenant_key)s
+"""
+GET_CLIENT: Final = "SELECT document FROM tether_mcp_oauth_clients WHERE key = %(key)s"
+UPSERT_CLIENT: Final = """
+INSERT INTO tether_mcp_oauth_clients (key, tenant_key, tenant, server_name, document)
+VALUES (%(key)s, %(tenant_key)s, %(tenant)s, %(server_name)s, %(document)s::jsonb)
+ON CONFLICT (key) DO UPDATE SET document = excluded.document, updated_at = now()
+"""
+
+
+class PostgresMCPOAuthRepository(MCPOAuthRepository):
+    """``MCPOAuthRepository`` on PostgreSQL, for any number of replicas on any hosts."""
+
+    compare_and_swap_is_atomic: ClassVar[bool] = True
+
+    def __init__(self, database: PostgresDatabase, cipher: MCPOAuthCipher | None = None) -> None:
+        self.database = database
+        self._codec = RecordCodec(cipher if cipher is not None else MCPOAuthCipher.from_env())
+        self._holding = False
+
+    @classmethod
+    def from_url(cls, url: str, cipher: MCPOAuthCipher | None = None) -> PostgresMCPOAuthRepository:
+        """Over a database (and pool) of its own at ``postgresql://...``."""
+        return cls(PostgresDatabase.from_url(url), cipher)
+
+    async def open(self) -> None:
+        """Hold the shared database open and create this repository's tables if missing."""
+        if self._holding:
+            return
+        await self.database.retain()
+        self._holding = True
+        try:
+            ready = await self.database.fetch_one(TABLES_EXIST, {})
+            if ready is None or not ready["ready"]:
+                await self.database.run(_create_tables, transaction=True)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if self._holding:
+            self._holding = False
+            await self.database.release()
+
+    async def __aenter__(self) -> PostgresMCPOAuthRepository:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def credentials_problem(self) -> str | None:
+        return None if self._codec.cipher.configured else NO_KEY_MESSAGE
+
+    async def list_user_integrations(
+        self, tenant: str, user_uuid: str, server_names: Sequence[str] | None = None
+    ) -> list[MCPUserIntegrationRecord]:
+        rows = await self.database.fetch_all(
+            LIST_INTEGRATIONS, {"owner_key": _key(tenant, user_uuid)}
+        )
+        records = [self._codec.integration(row["document"], _WHERE) for row in rows]
+        wanted = None if server_names is None else set(server_names)
+        return sorted(
+            (r for r in records if wanted is None or r.server_name in wanted),
+            key=lambda r: r.server_name,
+        )
+
+    async def get_user_integration(
+        self, tenant: str, user_uuid: str, server_name: str
+    ) -> MCPUserIntegrationRecord | None:
+        row = await self.database.fetch_one(
+            GET_INTEGRATION, {"key": _key(tenant, user_uuid, server_name)}
+        )
+        return None if row is None else self._codec.integration(row["document"], _WHERE)
+
+    async def find_user_integration_by_pending_state(
+        self, state: str
+    ) -> MCPUserIntegrationRecord | None:
+        row = await self.database.fetch_one(FIND_BY_STATE, {"state_key": _key(state)})
+        return None if row is None else self._codec.integration(row["document"], _WHERE)
+
+    async def save_user_integration(self, record: MCPUserIntegrationRecord) -> None:
+        await self.database.execute(UPSERT_INTEGRATION, self._values(record))
+
+    async def delete_user_integration(self, tenant: str, user_uuid: str, server_name: str) -> bool:
+        row = await self.database.fetch_one(
+            DELETE_INTEGRATION, {"key": _key(tenant, user_uuid, server_name)}
+        )
+        return row is not None
+
+    async def compare_and_swap_user_integration(
+        self, record: MCPUserIntegrationRecord, expected_revision: str | None
+    ) -> bool:
+        if is_tombstone(record):
+            key = {"key": _key(record.tenant, record.user_uuid, record.server_name)}
+            if expected_revision is None:
+                row = await self.database.fetch_one(NO_INTEGRATION, key)
+                return bool(row and row["written"])
+            query, values = DELETE_INTEGRATION_IF_REVISION, {**key, "expected": expected_revision}
+        elif expected_revision is None:
+            query, values = INSERT_INTEGRATION_IF_ABSENT, self._values(record)
+        else:
+            query = UPDATE_INTEGRATION_IF_REVISION
+            values = {**self._values(record), "expected": expected_revision}
+        return await self.database.fetch_one(query, values) is not None
+
+    async def list_client_info(
+        self, tenant: str, server_names: Sequence[str] | None = None
+    ) -> list[MCPOAuthClientInfoRecord]:
+        rows = await self.database.fetch_all(LIST_CLIENTS, {"tenant_key": _key(tenant)})
+        records = [self._codec.client_info(row["document"], _CLIENTS) for row in rows]
+        wanted = None if server_names is None else set(server_names)
+        return sorted(
+            (r for r in records if wanted is None or r.server_name in wanted),
+            key=lambda r: r.server_name,
+        )
+
+    async def get_client_info(
+        self, tenant: str, server_name: str
+    ) -> MCPOAuthClientInfoRecord | None:
+        row = await self.database.fetch_one(GET_CLIENT, {"key": _key(tenant, server_name)})
+        return None if row is None else self._codec.client_info(row["document"], _CLIENTS)
+
+    async def save_client_info(self, record: MCPOAuthClientInfoRecord) -> None:
+        document = self._codec.client_info_document(record)
+        await self.database.execute(
+            UPSERT_CLIENT,
+            {
+                "key": _key(record.tenant, record.server_name),
+                "tenant_key": _key(record.tenant),
+                "tenant": record.tenant,
+                "server_name": record.server_name,
+                "document": _dump(document),
+            },
+        )
+
+    def _values(self, record: MCPUserIntegrationRecord) -> dict[str, Any]:
+        # Sealed before anything is sent: a record that cannot be stored changes nothing.
+        document = self._codec.integration_document(record)
+        return {
+            "key": _key(record.tenant, record.user_uuid, record.server_name),
+            "owner_key": _key(record.tenant, record.user_uuid),
+            "state_key": _key(record.pending.state) if record.pending is not None else None,
+            "tenant": record.tenant,
+            "user_uuid": record.user_uuid,
+            "server_name": record.server_name,
+            "revision": record.revision,
+            "document": _dump(document),
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.display_url!r})"
+
+
+_WHERE = "a tether_mcp_oauth_integrations row"
+_CLIENTS = "a tether_mcp_oauth_clients row"
+
+
+DATABASE_TYPE = PostgresDatabase
+"""What ``tether serve`` may pass as the shared database."""
+
+
+def mcp_oauth_repository_from_url(
+    url: str, cipher: MCPOAuthCipher, database: PostgresDatabase | None = None
+) -> PostgresMCPOAuthRepository:
+    """For ``tether serve``: over ``database`` (the other stores' one) when given."""
+    return PostgresMCPOAuthRepository(database or PostgresDatabase.from_url(url), cipher)
+
+
+async def _create_tables(cursor: AsyncCursor[DictRow]) -> None:
+    for statement in CREATE_TABLES:
+        await cursor.execute(statement, {"lock_key": LOCK_KEY} if "%(" in statement else None)
+
+
+def _key(*ids: str) -> bytes:
+    """SHA-256 over the ids, each behind its length: injective, and B-tree sized."""
+    digest = hashlib.sha256()
+    for value in ids:
+        if "\x00" in value:
+            raise ValueError(f"PostgreSQL cannot store an id containing NUL: {value[:80]!r}")
+        data = value.encode("utf-8")
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.digest()
+
+
+def _dump(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"))

@@ -1,0 +1,292 @@
+"""MCP OAuth rows in the SQLite database of the SQLite backend, in tables of their own.
+
+The repository works over a ``tether.adapters.sqlite.SQLiteDatabase``: the one
+the other SQLite stores of the same URL share (``tether serve`` passes it), or
+one of its own (``from_url``). Its two tables are created by the idempotent DDL
+below when it opens, inside a ``BEGIN IMMEDIATE`` transaction, so replicas
+opening at once do not race; the backend's own schema version is not touched.
+
+Every row holds the sealed document of ``RecordCodec`` (credentials encrypted),
+plus the columns lookups need: the ids (as UTF-8 BLOBs, so any Python string,
+NUL included, is stored exactly), the pending ``state`` and the ``revision``
+compare-and-swap compares. Writes run on the durable lane: fsynced at commit.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from tether.adapters.mcp._codec import RecordCodec
+from tether.adapters.mcp.encryption import NO_KEY_MESSAGE, MCPOAuthCipher
+from tether.adapters.mcp.records import MCPOAuthClientInfoRecord, MCPUserIntegrationRecord
+from tether.adapters.mcp.repository import MCPOAuthRepository, is_tombstone
+from tether.adapters.sqlite import Lane, SQLiteDatabase
+from tether.domain.store_errors import StoreCorruptedError
+
+# The SQL of this repository, in one place ------------------------------------------------
+
+CREATE_TABLES = (
+    """
+    CREATE TABLE IF NOT EXISTS mcp_oauth_integrations (
+        tenant BLOB NOT NULL,
+        user_uuid BLOB NOT NULL,
+        server_name BLOB NOT NULL,
+        pending_state BLOB,
+        revision TEXT,
+        document TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_uuid, server_name)
+    ) STRICT
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS mcp_oauth_integrations_by_state
+    ON mcp_oauth_integrations (pending_state) WHERE pending_state IS NOT NULL
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS mcp_oauth_clients (
+        tenant BLOB NOT NULL,
+        server_name BLOB NOT NULL,
+        document TEXT NOT NULL,
+        PRIMARY KEY (tenant, server_name)
+    ) STRICT
+    """,
+)
+_KEY = "tenant = :tenant AND user_uuid = :user AND server_name = :server"
+LIST_INTEGRATIONS = """
+    SELECT document FROM mcp_oauth_integrations
+    WHERE tenant = :tenant AND user_uuid = :user ORDER BY server_name
+"""
+GET_INTEGRATION = f"SELECT document FROM mcp_oauth_integrations WHERE {_KEY}"
+FIND_BY_STATE = "SELECT document FROM mcp_oauth_integrations WHERE pending_state = :state LIMIT 1"
+UPSERT_INTEGRATION = """
+    INSERT INTO mcp_oauth_integrations
+        (tenant, user_uuid, server_name, pending_state, revision, document)
+    VALUES (:tenant, :user, :server, :state, :revision, :document)
+    ON CONFLICT (tenant, user_uuid, server_name) DO UPDATE SET
+        pending_state = excluded.pending_state,
+        revision = excluded.revision,
+        document = excluded.document
+"""
+INSERT_INTEGRATION_IF_ABSENT = """
+    INSERT INTO mcp_oauth_integrations
+        (tenant, user_uuid, server_name, pending_state, revision, document)
+    VALUES (:tenant, :user, :server, :state, :revision, :document)
+    ON CONFLICT (tenant, user_uuid, server_name) DO NOTHING
+"""
+UPDATE_INTEGRATION_IF_REVISION = f"""
+    UPDATE mcp_oauth_integrations
+    SET pending_state = :state, revision = :revision, document = :document
+    WHERE {_KEY} AND revision IS :expected
+"""
+DELETE_INTEGRATION = f"DELETE FROM mcp_oauth_integrations WHERE {_KEY}"
+DELETE_INTEGRATION_IF_REVISION = f"{DELETE_INTEGRATION} AND revision IS :expected"
+EXISTS_INTEGRATION = f"SELECT 1 FROM mcp_oauth_integrations WHERE {_KEY}"
+LIST_CLIENTS = "SELECT document FROM mcp_oauth_clients WHERE tenant = :tenant ORDER BY server_name"
+GET_CLIENT = """
+    SELECT document FROM mcp_oauth_clients WHERE tenant = :tenant AND server_name = :server
+"""
+UPSERT_CLIENT = """
+    INSERT INTO mcp_oauth_clients (tenant, server_name, document)
+    VALUES (:tenant, :server, :document)
+    ON CONFLICT (tenant, server_name) DO UPDATE SET document = excluded.document
+"""
+
+
+class SQLiteMCPOAuthRepository(MCPOAuthRepository):
+    """``MCPOAuthRepository`` on a SQLite database file, for processes on one host.
+
+    Compare-and-swap is one ``BEGIN IMMEDIATE`` transaction, atomic across
+    every process sharing the file. ``open``/``aclose`` take and give back one
+    hold on the database (``setup_app`` calls them through the store).
+    """
+
+    compare_and_swap_is_atomic: ClassVar[bool] = True
+
+    def __init__(self, database: SQLiteDatabase, cipher: MCPOAuthCipher | None = None) -> None:
+        self.database = database
+        self._codec = RecordCodec(cipher if cipher is not None else MCPOAuthCipher.from_env())
+        self._holding = False
+
+    @classmethod
+    def from_url(cls, url: str, cipher: MCPOAuthCipher | None = None) -> SQLiteMCPOAuthRepository:
+        """Over a database of its own on the file ``sqlite:///...`` names."""
+        return cls(SQLiteDatabase.from_url(url), cipher)
+
+    async def open(self) -> None:
+        """Hold the database open and create this repository's tables if missing."""
+        if self._holding:
+            return
+        await self.database.open()
+        self._holding = True
+        try:
+            await self.database.write(Lane.DURABLE, _create_tables)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        if self._holding:
+            self._holding = False
+            await self.database.aclose()
+
+    async def __aenter__(self) -> SQLiteMCPOAuthRepository:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def credentials_problem(self) -> str | None:
+        return None if self._codec.cipher.configured else NO_KEY_MESSAGE
+
+    async def list_user_integrations(
+        self, tenant: str, user_uuid: str, server_names: Sequence[str] | None = None
+    ) -> list[MCPUserIntegrationRecord]:
+        params = {"tenant": _id(tenant), "user": _id(user_uuid)}
+        rows = await self.database.read(
+            Lane.DURABLE, lambda c: c.execute(LIST_INTEGRATIONS, params).fetchall()
+        )
+        records = [self._codec.integration(_json(row[0]), _WHERE) for row in rows]
+        wanted = None if server_names is None else set(server_names)
+        return [r for r in records if wanted is None or r.server_name in wanted]
+
+    async def get_user_integration(
+        self, tenant: str, user_uuid: str, server_name: str
+    ) -> MCPUserIntegrationRecord | None:
+        params = _row(tenant, user_uuid, server_name)
+        row = await self.database.read(
+            Lane.DURABLE, lambda c: c.execute(GET_INTEGRATION, params).fetchone()
+        )
+        return None if row is None else self._codec.integration(_json(row[0]), _WHERE)
+
+    async def find_user_integration_by_pending_state(
+        self, state: str
+    ) -> MCPUserIntegrationRecord | None:
+        params = {"state": _id(state)}
+        row = await self.database.read(
+            Lane.DURABLE, lambda c: c.execute(FIND_BY_STATE, params).fetchone()
+        )
+        return None if row is None else self._codec.integration(_json(row[0]), _WHERE)
+
+    async def save_user_integration(self, record: MCPUserIntegrationRecord) -> None:
+        values = self._values(record)
+        await self.database.write(Lane.DURABLE, lambda c: _execute(c, UPSERT_INTEGRATION, values))
+
+    async def delete_user_integration(self, tenant: str, user_uuid: str, server_name: str) -> bool:
+        params = _row(tenant, user_uuid, server_name)
+        deleted = await self.database.write(
+            Lane.DURABLE, lambda c: c.execute(DELETE_INTEGRATION, params).rowcount
+        )
+        return bool(deleted)
+
+    async def compare_and_swap_user_integration(
+        self, record: MCPUserIntegrationRecord, expected_revision: str | None
+    ) -> bool:
+        tombstone = is_tombstone(record)
+        values = _row(record.tenant, record.user_uuid, record.server_name)
+        if not tombstone:
+            values = self._values(record)
+        values["expected"] = expected_revision
+
+        def swap(connection: sqlite3.Connection) -> bool:
+            if expected_revision is None:
+                if tombstone:
+                    return connection.execute(EXISTS_INTEGRATION, values).fetchone() is None
+                return connection.execute(INSERT_INTEGRATION_IF_ABSENT, values).rowcount == 1
+            query = DELETE_INTEGRATION_IF_REVISION if tombstone else UPDATE_INTEGRATION_IF_REVISION
+            return connection.execute(query, values).rowcount == 1
+
+        return await self.database.write(Lane.DURABLE, swap)
+
+    async def list_client_info(
+        self, tenant: str, server_names: Sequence[str] | None = None
+    ) -> list[MCPOAuthClientInfoRecord]:
+        params = {"tenant": _id(tenant)}
+        rows = await self.database.read(
+            Lane.DURABLE, lambda c: c.execute(LIST_CLIENTS, params).fetchall()
+        )
+        records = [self._codec.client_info(_json(row[0]), _CLIENTS) for row in rows]
+        wanted = None if server_names is None else set(server_names)
+        return [r for r in records if wanted is None or r.server_name in wanted]
+
+    async def get_client_info(
+        self, tenant: str, server_name: str
+    ) -> MCPOAuthClientInfoRecord | None:
+        params = {"tenant": _id(tenant), "server": _id(server_name)}
+        row = await self.database.read(
+            Lane.DURABLE, lambda c: c.execute(GET_CLIENT, params).fetchone()
+        )
+        return None if row is None else self._codec.client_info(_json(row[0]), _CLIENTS)
+
+    async def save_client_info(self, record: MCPOAuthClientInfoRecord) -> None:
+        values = {
+            "tenant": _id(record.tenant),
+            "server": _id(record.server_name),
+            "document": _dump(self._codec.client_info_document(record)),
+        }
+        await self.database.write(Lane.DURABLE, lambda c: _execute(c, UPSERT_CLIENT, values))
+
+    def _values(self, record: MCPUserIntegrationRecord) -> dict[str, Any]:
+        # Sealed before anything is sent: a record that cannot be stored changes nothing.
+        document = self._codec.integration_document(record)
+        return {
+            **_row(record.tenant, record.user_uuid, record.server_name),
+            "state": _id(record.pending.state) if record.pending is not None else None,
+            "revision": record.revision,
+            "document": _dump(document),
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.database.name!r})"
+
+
+_WHERE = "an mcp_oauth_integrations row"
+_CLIENTS = "an mcp_oauth_clients row"
+
+
+DATABASE_TYPE = SQLiteDatabase
+"""What ``tether serve`` may pass as the shared database."""
+
+
+def mcp_oauth_repository_from_url(
+    url: str, cipher: MCPOAuthCipher, database: SQLiteDatabase | None = None
+) -> SQLiteMCPOAuthRepository:
+    """For ``tether serve``: over ``database`` (the other stores' one) when it is
+    the file ``url`` names, else over a database of its own on that file."""
+    own = SQLiteDatabase.from_url(url)
+    shared = database is not None and database.path == own.path
+    return SQLiteMCPOAuthRepository(database if shared and database else own, cipher)
+
+
+def _execute(connection: sqlite3.Connection, query: str, values: dict[str, Any]) -> None:
+    # The cursor stays in the connection's thread; only the fact of writing leaves.
+    connection.execute(query, values)
+
+
+def _create_tables(connection: sqlite3.Connection) -> None:
+    for statement in CREATE_TABLES:
+        connection.execute(statement)
+
+
+def _id(value: str) -> bytes:
+    # UTF-8 with surrogatepass is injective for every Python str.
+    return value.encode("utf-8", "surrogatepass")
+
+
+def _row(tenant: str, user_uuid: str, server_name: str) -> dict[str, Any]:
+    return {"tenant": _id(tenant), "user": _id(user_uuid), "server": _id(server_name)}
+
+
+def _dump(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"))
+
+
+def _json(raw: object) -> Any:
+    if not isinstance(raw, str):
+        raise StoreCorruptedError(f"{_WHERE} holds a {type(raw).__name__}, not JSON")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise StoreCorruptedError(f"{_WHERE} is not valid JSON ({error}); left as is") from error

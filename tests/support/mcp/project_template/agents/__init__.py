@@ -1,0 +1,3 @@
+"""Agents for the MCP tests."""
+
+from . import whoami_agent  # noqa: F401 - registers the agent

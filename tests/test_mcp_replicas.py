@@ -1,0 +1,331 @@
+"""MCP on the user's behalf, end to end: two real replicas sharing one store, a real
+MCP server behind a real OAuth authorization server, the test playing the browser.
+
+The agent on replica 1 meets the 401 and answers with an authorization link; the
+browser follows it to the authorization server and is redirected to replica 2's
+callback; the next turn on replica 1 calls the tool as the user. Then: tokens
+expire and both replicas refresh at once (the refresh token is spent once), a
+refresh refused for good asks the user again, states are single-use and expire,
+another user of the tenant is not served by the first one's grant, and nothing
+at rest holds a credential in clear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx2
+import pytest
+
+from tests.support.mcp.authorization_server import AuthorizationServer
+from tests.support.mcp.project import make_mcp_project
+from tests.support.mcp.raw_rows import raw_store_bytes
+from tests.support.mcp.whoami_server import WhoamiServer
+from tests.support.servers import ServerProcess, free_port
+from tests.support.services import postgres_database
+from tether.adapters.mcp import generate_encryption_key
+
+pytestmark = pytest.mark.processes
+
+TENANT = "acme"
+PENDING_TTL = 4.0
+
+
+@dataclass
+class Cluster:
+    one: ServerProcess
+    two: ServerProcess
+    auth: AuthorizationServer
+    mcp: WhoamiServer
+    store_url: str
+    key: str
+
+
+@pytest.fixture(scope="module", params=["file", "sqlite", "postgres"])
+def store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    if request.param == "file":
+        yield f"file://{tmp_path_factory.mktemp('mcp-store')}"
+    elif request.param == "sqlite":
+        pytest.importorskip("tether.adapters.mcp.sqlite_repository")
+        yield f"sqlite:///{tmp_path_factory.mktemp('mcp-sqlite')}/tether.db"
+    else:
+        pytest.importorskip("tether.adapters.mcp.postgres_repository")
+        with postgres_database() as url:
+            yield url
+
+
+@pytest.fixture(scope="module")
+def cluster(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("mcp-replicas")
+    with AuthorizationServer() as auth, WhoamiServer(auth, static_tokens={"svc-key": "svc"}) as mcp:
+        project = make_mcp_project(
+            root / "project",
+            {
+                "who": [
+                    {"name": "whoami", "url": mcp.url, "auth": {"type": "oauth"}},
+                    {"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp", "timeout": 5},
+                ],
+                "service": [
+                    {
+                        "name": "whoami",
+                        "url": mcp.url,
+                        "auth": {"type": "header", "value": "Bearer svc-key"},
+                    }
+                ],
+            },
+        )
+        key = generate_encryption_key()
+        one = ServerProcess(project, store_url=store_url, log_path=root / "one.log")
+        two = ServerProcess(project, store_url=store_url, log_path=root / "two.log")
+        env = {
+            "TETHER_MCP_ENCRYPTION_KEYS": key,
+            # Behind a load balancer every replica gives the same callback URL; here
+            # it is replica 2's, so the browser's redirect lands there.
+            "TETHER_MCP_REDIRECT_URI": f"{two.url}/mcp/oauth/callback",
+            "TETHER_MCP_PENDING_TTL": str(PENDING_TTL),
+        }
+        one.env = two.env = env
+        one.start()
+        two.start()
+        try:
+            yield Cluster(one, two, auth, mcp, store_url, key)
+        finally:
+            one.stop()
+            two.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=60) as client:
+        yield client
+
+
+async def _turn(
+    http: httpx2.AsyncClient, replica: ServerProcess, user: str, agent: str = "who"
+) -> dict[str, Any]:
+    response = await http.post(
+        f"{replica.url}/chat/response",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": user},
+        json={
+            "agent_identifier": agent,
+            "conversation": [{"sender": "user", "content": "Who am I?"}],
+        },
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _contexts(message: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return [
+        part["context"][key]
+        for part in message.get("content_parts") or []
+        if part["type"] == "context" and key in (part.get("context") or {})
+    ]
+
+
+def _link(message: dict[str, Any]) -> str:
+    links = _contexts(message, "mcp_authorization")
+    assert [link["server"] for link in links] == ["whoami"], message
+    url = str(links[0]["url"])
+    assert url in message["content"], "the user reads the link too"
+    return url
+
+
+def _tool_responses(message: dict[str, Any]) -> list[Any]:
+    return [
+        part["tool"]["response"]
+        for part in message.get("content_parts") or []
+        if part["type"] == "tool" and part["tool"]["status"] == "completed"
+    ]
+
+
+async def _browser(http: httpx2.AsyncClient, link: str, user: str) -> str:
+    """Follow the link as ``user`` logged in at the authorization server; the redirect."""
+    response = await http.get(link, headers={"x-test-user": user})
+    assert response.status_code == 302, response.text
+    return str(response.headers["location"])
+
+
+async def _connect(http: httpx2.AsyncClient, cluster: Cluster, user: str) -> None:
+    link = _link(await _turn(http, cluster.one, user))
+    page = await http.get(await _browser(http, link, user))
+    assert page.status_code == 200 and "Connected" in page.text, page.text
+
+
+async def test_authorize_on_one_replica_callback_on_the_other_then_act_as_the_user(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    first = await _turn(http, cluster.one, "alice")
+    link = _link(first)
+    assert _tool_responses(first) == []
+    down = _contexts(first, "mcp_unavailable")
+    assert [notice["server"] for notice in down] == ["down"], "unreachable: reported, turn goes on"
+    assert first["content"].endswith("Answer: no tools to ask.")
+
+    callback = await _browser(http, link, "alice")
+    assert callback.startswith(f"{cluster.two.url}/mcp/oauth/callback?"), callback
+    page = await http.get(callback)
+    assert page.status_code == 200 and "whoami is connected" in page.text
+
+    second = await _turn(http, cluster.one, "alice")
+    assert _tool_responses(second) == ["you are alice"]
+    assert _contexts(second, "mcp_authorization") == []
+    assert cluster.mcp.calls[-1] == "alice"
+
+    listed = await http.get(
+        f"{cluster.two.url}/mcp/integrations",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": "alice"},
+    )
+    assert listed.status_code == 200
+    [integration] = listed.json()["integrations"]
+    assert integration["server_name"] == "whoami"
+    assert integration["status"] == "connected"
+    assert integration["scopes"] == ["whoami"]
+    assert integration["expires_at"] and integration["refreshable"] is True
+    assert not any(secret in listed.text for secret in cluster.auth.all_secrets())
+
+    # The callback already used is refused, on either replica.
+    for replica in (cluster.two, cluster.one):
+        path = urlsplit(callback)
+        again = await http.get(f"{replica.url}{path.path}?{path.query}")
+        assert again.status_code == 400 and "already used" in again.text
+
+
+async def test_the_rows_hold_no_credential_in_clear(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    await _connect(http, cluster, "olga")
+    stored = raw_store_bytes(cluster.store_url)
+    assert b"olga" in stored, "the rows are there"
+    leaked = [secret for secret in cluster.auth.all_secrets() if secret.encode() in stored]
+    assert leaked == []
+
+
+async def test_a_second_user_of_the_tenant_is_not_served_by_the_first_users_grant(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    await _connect(http, cluster, "bart")
+    answer = await _turn(http, cluster.one, "bea")
+    assert _tool_responses(answer) == []
+    _link(answer)
+    assert "bea" not in cluster.mcp.calls
+    mine = await http.get(
+        f"{cluster.one.url}/mcp/integrations",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": "bea"},
+    )
+    assert [i["status"] for i in mine.json()["integrations"]] == ["pending"]
+
+
+async def test_an_expired_state_is_refused(cluster: Cluster, http: httpx2.AsyncClient) -> None:
+    link = _link(await _turn(http, cluster.one, "eve"))
+    callback = await _browser(http, link, "eve")
+    await asyncio.sleep(PENDING_TTL + 0.5)
+    page = await http.get(callback)
+    assert page.status_code == 400 and "expired" in page.text
+    again = await _turn(http, cluster.one, "eve")
+    assert _tool_responses(again) == []
+    assert _link(again) != link, "a new authorization starts"
+
+
+async def test_a_state_nobody_issued_is_refused(cluster: Cluster, http: httpx2.AsyncClient) -> None:
+    page = await http.get(
+        f"{cluster.two.url}/mcp/oauth/callback", params={"state": "forged", "code": "x"}
+    )
+    assert page.status_code == 400 and "unknown" in page.text
+    missing = await http.get(f"{cluster.two.url}/mcp/oauth/callback")
+    assert missing.status_code == 400
+
+
+async def test_expired_tokens_are_refreshed_once_across_two_replicas(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    cluster.auth.access_token_lifetime = 1.0
+    try:
+        await _connect(http, cluster, "carol")
+    finally:
+        cluster.auth.access_token_lifetime = 3600.0
+    [refresh_token] = cluster.auth.refresh_tokens_of("carol")
+    await asyncio.sleep(1.5)  # the access token is now expired for everyone
+    cluster.auth.refresh_delay = 0.5  # both replicas arrive while the first refresh runs
+    try:
+        answers = await asyncio.gather(
+            *(_turn(http, replica, "carol") for replica in (cluster.one, cluster.two) * 3)
+        )
+    finally:
+        cluster.auth.refresh_delay = 0.0
+    assert [_tool_responses(answer) for answer in answers] == [["you are carol"]] * 6
+    assert cluster.auth.refresh_presentations[refresh_token] == 1
+    assert (
+        sum(cluster.auth.refresh_presentations[t] for t in cluster.auth.refresh_tokens_of("carol"))
+        == 1
+    )
+
+
+async def test_a_refresh_refused_for_good_asks_the_user_again(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    await _connect(http, cluster, "rita")
+    cluster.auth.expire_access_tokens("rita")
+    cluster.auth.revoke_refresh_tokens("rita")
+    answer = await _turn(http, cluster.two, "rita")
+    assert _tool_responses(answer) == []
+    _link(answer)
+    listed = await http.get(
+        f"{cluster.one.url}/mcp/integrations",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": "rita"},
+    )
+    assert [i["status"] for i in listed.json()["integrations"]] == ["pending"]
+
+
+async def test_disconnecting_forgets_the_grant(cluster: Cluster, http: httpx2.AsyncClient) -> None:
+    await _connect(http, cluster, "dan")
+    gone = await http.delete(
+        f"{cluster.two.url}/mcp/integrations/whoami",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": "dan"},
+    )
+    assert gone.status_code == 204
+    answer = await _turn(http, cluster.one, "dan")
+    assert _tool_responses(answer) == []
+    _link(answer)
+    again = await http.delete(
+        f"{cluster.two.url}/mcp/integrations/nothing",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": "dan"},
+    )
+    assert again.status_code == 404
+
+
+async def test_a_static_header_server_needs_no_user_authorization(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    answer = await _turn(http, cluster.one, "anyone", agent="service")
+    assert _tool_responses(answer) == ["you are svc"]
+
+
+async def test_a_request_cannot_add_an_mcp_server(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    response = await http.post(
+        f"{cluster.one.url}/chat/response",
+        params={"tenant": TENANT},
+        headers={"requester-uuid": "mallory"},
+        json={
+            "agent_identifier": "service",
+            "conversation": [{"sender": "user", "content": "Who am I?"}],
+            "bot_params": {"mcp_servers": [{"name": "evil", "url": "http://127.0.0.1:1/mcp"}]},
+        },
+    )
+    assert response.status_code == 400
+    assert response.json()["code"] == "BOT_PARAMS_REJECTED"
