@@ -124,3 +124,61 @@ def test_the_seed_wiring_builds_an_app_that_runs_stateful_turns(wired_server: st
     ).json()
     assert status["status"] == "done"
     assert re.fullmatch(r"[0-9a-f]{32}", status["message_id"])
+
+
+# Every import the seed's code blocks make, renamed, and the names its prose says
+# are importable from a given module (design §1). A copy, like WIRING, kept honest
+# by `test_the_import_copy_matches_the_seed`.
+SEED_IMPORTS = [
+    "from tether import AgentSetupRetrieverFromFile, setup_app",
+    "from tether.adapters import AgentDependencyRegistry",
+    "from tether.adapters.agent_state import LocalFileChatAgentStateStore",
+    "from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory",
+    "from tether.adapters.stream_buffer import LocalFileChatStreamRecordingStore, "
+    "LocalFileChatStreamSupervisionStore",
+    "from tether.cli.load_chat_agent_factory import from_string",
+    "from tether import ChatAgentStateStore",
+    "from tether import ChatStreamSupervisionStore",
+    "from tether.domain.chat_stream_supervision_store import ChatStreamStatus, "
+    "ChatStreamSupervision",
+    "from tether import ChatStreamRecordingStore",
+    "from tether.domain.chat_stream_recording_store import RecordedStreamEvent",
+    "from tether import ChatConversationStore",
+    "from tether import MCPOAuthIntegrationStore, get_local_file_mcp_oauth_integration_store, "
+    "get_mcp_oauth_token_client",
+    "from tether.adapters.mcp import MCPOAuthClientInfoRecord, MCPOAuthPendingAuthorization, "
+    "MCPOAuthRepository, MCPUserIntegrationRecord",
+]
+SEED_PROSE_IMPORTS = [
+    "from tether.domain.chat_agent_state_store import construct_agent_state_key",
+    "from tether.domain.chat_conversation_store import ConversationNotOwnedError, LastTurnStatus",
+]
+
+
+def _seed_import_statements(text: str) -> list[str]:
+    """The seed's ``from zav.agents_sdk... import ...`` statements, renamed and on one
+    line each (comments, parentheses and ``as`` aliases dropped)."""
+    statements = []
+    pattern = r"^from (zav\.agents_sdk[\w.]*) import (\([^)]*\)|[^\n]*)"
+    for match in re.finditer(pattern, text, re.MULTILINE):
+        module = match.group(1).replace("zav.agents_sdk", "tether")
+        body = re.sub(r"#[^\n]*", "", match.group(2)).strip("()")
+        names = [part.split(" as ")[0].strip() for part in body.split(",")]
+        statements.append(f"from {module} import {', '.join(n for n in names if n)}")
+    return statements
+
+
+def test_the_import_copy_matches_the_seed() -> None:
+    if not SEED.exists():
+        pytest.skip(f"the seed is not beside this checkout ({SEED})")
+    assert _seed_import_statements(SEED.read_text()) == SEED_IMPORTS
+
+
+@pytest.mark.parametrize("statement", SEED_IMPORTS + SEED_PROSE_IMPORTS)
+def test_every_import_of_the_seed_resolves_in_a_fresh_interpreter(statement: str) -> None:
+    # A fresh interpreter: an import that only works because a test imported
+    # something else first would pass in-process and fail for a user.
+    result = subprocess.run(
+        [sys.executable, "-c", statement], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, f"{statement}\n{result.stderr}"
