@@ -24,6 +24,7 @@ import typer
 from psycopg_pool import AsyncConnectionPool
 from typer.testing import CliRunner
 
+from tests.support.proxy import TcpProxy
 from tests.support.services import postgres_database
 from tether import stores
 from tether.adapters.postgres import (
@@ -430,65 +431,8 @@ def test_tether_db_upgrade_reports_an_unreachable_server_without_password() -> N
 # Outages ---------------------------------------------------------------------------------
 
 
-class _Proxy:
-    """A TCP hop to the server that a test can cut (refuse and reset), stall (swallow
-    every byte) and bring back, standing in for a server restart or a dead network."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._links: set[asyncio.Task[Any]] = set()
-        self.port = 0
-        self.stalled = False
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def cut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        for link in list(self._links):
-            link.cancel()
-        await asyncio.gather(*self._links, return_exceptions=True)
-        self.stalled = False
-
-    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        link = asyncio.current_task()
-        assert link is not None
-        self._links.add(link)
-        ends = [writer]
-        self._writers.add(writer)
-        try:
-            upstream_reader, upstream = await asyncio.open_connection(*self._target)
-            ends.append(upstream)
-            self._writers.add(upstream)
-            await asyncio.gather(self._pump(reader, upstream), self._pump(upstream_reader, writer))
-        except (OSError, asyncio.CancelledError):
-            pass
-        finally:
-            for end in ends:
-                end.transport.abort()
-                self._writers.discard(end)
-            self._links.discard(link)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                if not self.stalled:
-                    writer.write(data)
-                    await writer.drain()
-        finally:
-            writer.transport.abort()
-
-
-def _through(proxy: _Proxy, url: str, options: str) -> str:
-    return url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}", 1) + options
+def _through(proxy: TcpProxy, url: str, options: str) -> str:
+    return proxy.url_for(url) + options
 
 
 async def _eventually(check: Any, within: float) -> None:
@@ -508,14 +452,14 @@ async def test_an_outage_fails_calls_promptly_and_the_stores_recover_by_themselv
 ) -> None:
     if "127.0.0.1:5432" not in postgres_url:
         pytest.skip("the proxy test expects the server at 127.0.0.1:5432")
-    proxy = _Proxy("127.0.0.1", 5432)
-    await proxy.start()
+    proxy = TcpProxy("127.0.0.1", 5432)
+    proxy.start()
     url = _through(proxy, postgres_url, "?timeout=1&connect_timeout=2")
     try:
         async with _recording_store(url) as store, _recording_store(postgres_url) as direct:
             await store.put("t", "u", "s", _event(1))
             await store.database.listen()
-            await proxy.cut()
+            proxy.cut()
             started = time.monotonic()
             with pytest.raises(StoreUnavailableError):
                 await store.read("t", "u", "s")
@@ -524,7 +468,7 @@ async def test_an_outage_fails_calls_promptly_and_the_stores_recover_by_themselv
             started = time.monotonic()
             assert await store.wait_for_change("t", "u", "s", 0.3) is False
             assert time.monotonic() - started < 1.0
-            await proxy.start()  # the server is back, on the same address
+            proxy.start()  # the server is back, on the same address
             await _eventually(lambda: store.read("t", "u", "s"), within=15)
             await _eventually(store.database.listen, within=15)
             waiter = await _waiting(store, "s", 5.0)
@@ -536,6 +480,6 @@ async def test_an_outage_fails_calls_promptly_and_the_stores_recover_by_themselv
             with pytest.raises(StoreUnavailableError):
                 await store.read("t", "u", "s")
             assert time.monotonic() - started < 2.0
-            await proxy.cut()
+            proxy.cut()
     finally:
-        await proxy.cut()
+        proxy.close()

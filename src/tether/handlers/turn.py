@@ -31,6 +31,7 @@ from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingFencedError
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
+from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
 from tether.handlers.turn_stores import TurnStores
 from tether.metrics import TetherMetrics
@@ -89,7 +90,6 @@ class Turn:
         self._flushed_index = -1
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
-        self._last_renewal = clock()
         self._dead_after = timedelta(seconds=settings.dead_after)
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
@@ -295,11 +295,23 @@ class Turn:
         store = self._stores.agent_state
         if store is None:
             return
-        if guard:
-            await self._renew()
         ctx = self.context
-        with self._metrics.timed("agent_state", store, "save"):
-            await store.save(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", state)
+        while True:
+            if guard:
+                await self._renew()
+            try:
+                with self._metrics.timed("agent_state", store, "save"):
+                    await store.save(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", state)
+                break
+            except StoreUnavailableError:
+                if not guard:
+                    raise
+                # A checkpoint is what keeps a resume from running a finished tool
+                # call again, so it is waited for, not skipped: retried while the
+                # lease holds, until ``_renew`` finds it unrenewed past the dead
+                # threshold (another replica may own the turn by then) and stops us.
+                logger.warning("turn %s: checkpoint failed, will retry", self.message_id)
+                await asyncio.sleep(self._settings.heartbeat_interval)
         self._metrics.observe_checkpoint(state)
 
     # --------------------------------------------------------------- workers
@@ -337,11 +349,12 @@ class Turn:
             return
         try:
             await self.lease.renew()
-            self._last_renewal = self.lease.renewed_at
         except LeaseLostError:
             raise
         except Exception:
-            silent = self._clock() - self._last_renewal
+            # Measured from the last renewal by anyone: the replica's heartbeat
+            # batch renews the lease every second between our own calls.
+            silent = self._clock() - self.lease.renewed_at
             if silent > timedelta(seconds=self._settings.dead_after):
                 logger.warning(
                     "turn %s: lease unrenewable for %s, stopping", self.message_id, silent
@@ -353,7 +366,13 @@ class Turn:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self._settings.recording_flush_interval)
-            await self._flush()
+            try:
+                await self._flush()
+            except StoreUnavailableError:
+                # Not the turn's failure: the next flush writes the latest message
+                # again. An outage long enough to matter stops the turn through
+                # its lease (the heartbeats), not here.
+                logger.warning("turn %s: recording flush failed, will retry", self.message_id)
 
     async def _flush(self) -> None:
         store = self._stores.recording
@@ -450,7 +469,11 @@ class Turn:
         except LeaseLostError:
             return await self._fenced_end()
         except Exception:
+            # The row still says RUNNING and will read dead: the turn is not over
+            # for the rest of the deployment (a client may resume it), so readers
+            # are told to ask the status rather than a verdict nobody stored.
             logger.exception("turn %s: could not record its error", self.message_id)
+            return StreamEnd("gone")
         return end
 
     async def _fenced_end(self) -> StreamEnd:
