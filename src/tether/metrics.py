@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from tether.adapters.stream_buffer.live_buffer import StreamEnd, StreamEvent
 
@@ -178,4 +179,20 @@ class TetherMetrics:
             yield item
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _WithoutCreated:
+    """The registry, less the ``*_created`` series (a timestamp per counter and
+    histogram, noise on a dashboard). prometheus-client only offers to drop them
+    process-wide (``disable_created_metrics``), which would change what every
+    other registry of an embedding application exports; this leaves those alone."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        # ``collect`` builds new families on every call: trimming them is safe.
+        for family in self._registry.collect():
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family

@@ -472,11 +472,20 @@ class ChatHandler:
             if record is not None and record.message_id == message_id:
                 partial = record.message
         if partial is not None:
+            # Appending names the conversation's agent again: a cancel from another
+            # replica must repeat the stored one, not blank it.
+            agent = local.context.agent_identifier if local else ""
+            if not agent:
+                with contextlib.suppress(NotImplementedError):
+                    summary = await conversations.get_conversation(
+                        key.tenant, key.requester_uuid, key.session_id
+                    )
+                    agent = summary.agent_identifier if summary is not None else ""
             await conversations.append_messages(
                 key.tenant,
                 key.requester_uuid,
                 key.session_id,
-                local.context.agent_identifier if local else "",
+                agent,
                 [partial],
                 last_turn_status="cancelled",
                 create_if_absent=False,

@@ -1,0 +1,1 @@
+"""The chat page's static files (package data, served by ``tether.api.routers.web``)."""

@@ -1,0 +1,454 @@
+// The chat page: who you are, your conversations, one conversation and its turn.
+//
+// The address says which conversation is open (#/c/SESSION), so a reload, a
+// second tab or the same address on another replica opens the same one.
+
+import { Api, ApiError } from "./api.js";
+import { Follower } from "./follow.js";
+import { bubbleFor, conversationItem, fill, note } from "./render.js";
+import { loadSettings, loadToken, saveSettings, saveToken } from "./store.js";
+
+const IDLE_POLL_MS = 2000;
+const $ = (id) => document.getElementById(id);
+
+const page = {
+  auth: "headers",
+  settings: loadSettings(),
+  token: loadToken(),
+  agents: [],
+  /** @type {{sessionId: string, agent: string, owner: string | null, exists: boolean} | null} */
+  open: null,
+  /** @type {Follower | null} */
+  follower: null,
+  /** the bot bubble of the turn being shown */
+  bubble: null,
+  /** the newest message received of that turn */
+  latest: null,
+  pollTimer: 0,
+};
+
+const api = new Api(() => ({
+  tenant: page.settings.tenant,
+  headers:
+    page.auth === "token"
+      ? page.token
+        ? { Authorization: `Bearer ${page.token}` }
+        : {}
+      : { "requester-uuid": page.settings.user },
+}));
+
+// ------------------------------------------------------------------ identity
+
+async function configure() {
+  try {
+    const config = await api.config();
+    page.auth = config.auth;
+    page.agents = config.agents ?? [];
+  } catch (error) {
+    showError(error);
+  }
+  $("user-field").hidden = page.auth !== "headers";
+  $("token-field").hidden = page.auth !== "token";
+  $("user").required = page.auth === "headers";
+  $("user").value = page.settings.user;
+  $("token").value = page.token;
+  $("tenant").value = page.settings.tenant;
+  const select = $("agent");
+  const chosen = select.value;
+  select.replaceChildren(
+    ...page.agents.map((name) => {
+      const option = document.createElement("option");
+      option.value = option.textContent = name;
+      return option;
+    }),
+  );
+  // The long answer is what shows the guarantees off; prefer it when offered.
+  select.value = page.agents.includes(chosen)
+    ? chosen
+    : page.agents.includes("long-writer")
+      ? "long-writer"
+      : (page.agents[0] ?? "");
+  if (page.agents.length === 0) {
+    const option = document.createElement("option");
+    option.value = "";
+    option.textContent = page.auth === "token" ? "(enter a token first)" : "(no agents)";
+    select.append(option);
+  }
+}
+
+$("identity").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  page.settings = { user: $("user").value.trim(), tenant: $("tenant").value.trim() };
+  page.token = $("token").value.trim();
+  saveSettings(page.settings);
+  saveToken(page.token);
+  await configure();
+  await listConversations();
+  await route();
+});
+
+// ------------------------------------------------------------- the list
+
+async function listConversations() {
+  const list = $("conversations");
+  $("list-error").textContent = "";
+  try {
+    const result = await api.conversations();
+    const current = page.open?.sessionId;
+    list.replaceChildren(...result.items.map((item) => conversationItem(item, current)));
+    if (result.items.length === 0) {
+      const empty = document.createElement("li");
+      empty.className = "empty";
+      empty.textContent = "No conversations yet.";
+      list.replaceChildren(empty);
+    }
+  } catch (error) {
+    list.replaceChildren();
+    $("list-error").textContent = error instanceof ApiError ? error.words : String(error);
+  }
+}
+
+// ------------------------------------------------------- one conversation
+
+async function route() {
+  const match = /^#\/c\/(.+)$/.exec(location.hash);
+  if (match) await openConversation(decodeURIComponent(match[1]));
+  else startNew($("agent").value);
+}
+
+function reset(sessionId, agent, exists) {
+  page.follower?.close();
+  page.follower = null;
+  page.bubble = null;
+  page.latest = null;
+  page.open = { sessionId, agent, owner: null, exists };
+  $("transcript").replaceChildren();
+  $("notice").textContent = "";
+  $("error").textContent = "";
+  setState("idle", "Ready.");
+  for (const link of document.querySelectorAll("#conversations a")) {
+    if (link.getAttribute("href") === `#/c/${encodeURIComponent(sessionId)}`) {
+      link.setAttribute("aria-current", "page");
+    } else {
+      link.removeAttribute("aria-current");
+    }
+  }
+}
+
+function startNew(agent) {
+  // The page names the conversation; the server creates it with the first turn.
+  reset(crypto.randomUUID(), agent, false);
+  $("title").textContent = "New conversation";
+  $("agent-line").textContent = agent ? `Agent: ${agent}` : "";
+  $("share").checked = false;
+  $("share").disabled = true;
+  $("prompt").focus();
+}
+
+async function openConversation(sessionId) {
+  reset(sessionId, $("agent").value, false);
+  const open = page.open;
+  try {
+    await loadTranscript();
+  } catch (error) {
+    showError(error);
+    return;
+  }
+  if (page.open !== open) return;
+  follow((follower) => follower.recover());
+}
+
+/** Show the stored transcript (GET /conversations/S); a 404 is a conversation not started yet. */
+async function loadTranscript() {
+  const open = page.open;
+  let body = null;
+  try {
+    body = await api.conversation(open.sessionId);
+  } catch (error) {
+    if (!(error instanceof ApiError && error.status === 404)) throw error;
+  }
+  if (page.open !== open) return;
+  if (body === null) {
+    $("title").textContent = "New conversation";
+    $("agent-line").textContent = open.agent ? `Agent: ${open.agent}` : "";
+    $("share").disabled = true;
+    return;
+  }
+  const summary = body.conversation;
+  open.exists = true;
+  open.agent = summary.agent_identifier;
+  open.owner = summary.owner_uuid;
+  $("title").textContent = summary.title || "(untitled)";
+  $("agent-line").textContent = `Agent: ${summary.agent_identifier}`;
+  $("share").checked = summary.shared;
+  $("share").disabled = page.auth === "headers" && summary.owner_uuid !== page.settings.user;
+  const list = $("transcript");
+  // Keep the bubble of a turn being shown: the transcript gets it only at the end.
+  const kept = page.bubble;
+  list.replaceChildren();
+  for (const message of body.messages) bubbleFor(list, message, { agent: open.agent });
+  if (kept && !list.querySelector(`li[data-message-id="${CSS.escape(kept.dataset.messageId)}"]`)) {
+    list.append(kept);
+  }
+  toBottom();
+}
+
+/** Run `action` on a new follower of the open conversation; one follower at a time. */
+async function follow(action) {
+  const open = page.open;
+  const follower = new Follower(
+    api,
+    { tenant: page.settings.tenant, sessionId: open.sessionId, agent: open.agent },
+    hooks(open),
+  );
+  page.follower = follower;
+  setRunning(true);
+  try {
+    await action(follower);
+  } catch (error) {
+    if (page.follower === follower) showError(error);
+  } finally {
+    if (page.follower === follower) {
+      setRunning(false);
+      schedulePoll();
+    }
+  }
+}
+
+function hooks(open) {
+  const current = () => page.open === open;
+  return {
+    async turn(messageId, seen, sent) {
+      if (!current()) return;
+      listConversations();
+      const list = $("transcript");
+      if (sent) {
+        const mine = list.querySelector("li.message.user:not([data-message-id])");
+        if (mine) mine.dataset.messageId = `${messageId}-user`;
+      }
+      const shown = list.querySelector(`li[data-message-id="${CSS.escape(messageId)}"]`);
+      // A turn this tab did not start (another tab, another device): its
+      // user message is in the stored transcript, so fetch that first.
+      if (!shown && !list.querySelector(`li[data-message-id="${CSS.escape(`${messageId}-user`)}"]`)) {
+        await loadTranscript().catch(() => {});
+      }
+      page.bubble = bubbleFor(list, seen?.message ?? { sender: "bot", message_id: messageId }, {
+        agent: open.agent,
+      });
+      if (seen) fill(page.bubble, seen.message);
+    },
+    message(message) {
+      if (!current() || !page.bubble) return;
+      page.latest = message;
+      const shown = page.bubble.querySelector(".text").textContent;
+      const content = message.content || "";
+      // A resumed turn starts again from its last recorded message, which can be
+      // behind what this tab had already shown; keep showing the longer text
+      // until the answer catches up, rather than flicker back.
+      if (content && content !== shown && shown.startsWith(content)) return;
+      const follow = nearBottom();
+      fill(page.bubble, message);
+      page.bubble.dataset.state = "streaming";
+      if (follow) toBottom();
+    },
+    state(state, words) {
+      if (current()) setState(state, words);
+    },
+    notice(words) {
+      if (current()) $("notice").textContent = words;
+    },
+    async end(reason, error) {
+      if (!current()) return;
+      const words = {
+        done: "Answer complete.",
+        cancelled: "Stopped. The partial answer is kept.",
+        errored: `The answer failed: ${error?.message ?? "the agent raised an error"}.`,
+        none: "Ready.",
+      }[reason];
+      const messageId = page.bubble?.dataset.messageId;
+      if (reason === "cancelled" && messageId) {
+        // Show what was kept, not what this tab had read: a tab reading the
+        // producer live may have seen a little past the last recorded flush.
+        page.bubble = null;
+        await loadTranscript().catch(() => {});
+        if (!current()) return;
+        page.bubble = $("transcript").querySelector(
+          `li[data-message-id="${CSS.escape(messageId)}"]`,
+        );
+      }
+      if (page.bubble) {
+        if (reason === "done" && page.latest?.message_id === messageId) fill(page.bubble, page.latest);
+        page.bubble.dataset.state = reason;
+        if (reason === "cancelled") note(page.bubble, "Stopped.");
+        if (reason === "errored") note(page.bubble, words, "error");
+      }
+      setState(reason === "none" ? "idle" : reason, words);
+      listConversations();
+    },
+    failed(error) {
+      if (current()) showError(error);
+    },
+  };
+}
+
+// ------------------------------------------------------ composer and controls
+
+$("composer").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const prompt = $("prompt");
+  const content = prompt.value.trim();
+  if (!content || !page.open || page.follower?.running) return;
+  if (!page.open.agent) {
+    showError(new Error("Choose an agent first."));
+    return;
+  }
+  $("error").textContent = "";
+  $("notice").textContent = "";
+  const open = page.open;
+  if (!location.hash.endsWith(encodeURIComponent(open.sessionId))) {
+    // Name the new conversation in the address without reopening it.
+    history.replaceState(null, "", `#/c/${encodeURIComponent(open.sessionId)}`);
+  }
+  const mine = bubbleFor($("transcript"), { sender: "user", content });
+  if (!open.exists) $("title").textContent = content.slice(0, 80);
+  toBottom();
+  prompt.value = "";
+  const unsent = () => {
+    mine.remove();
+    if (!open.exists) $("title").textContent = "New conversation";
+    prompt.value = content; // nothing was sent: keep what the user wrote
+  };
+  await follow(async (follower) => {
+    try {
+      await follower.send(content, unsent);
+    } catch (error) {
+      if (!follower.sent) unsent();
+      throw error;
+    }
+  });
+  if (page.open === open && page.follower?.sent) {
+    open.exists = true;
+    $("share").disabled = false;
+  }
+});
+
+$("prompt").addEventListener("keydown", (event) => {
+  // Enter sends, Shift+Enter is a new line: what chat users expect.
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
+
+$("stop").addEventListener("click", async () => {
+  const follower = page.follower;
+  if (!follower) return;
+  $("stop").disabled = true;
+  setState("stopping", "Stopping…");
+  try {
+    await follower.stop();
+  } catch (error) {
+    showError(error);
+    $("stop").disabled = !follower.running;
+  }
+});
+
+$("share").addEventListener("change", async () => {
+  const box = $("share");
+  const open = page.open;
+  try {
+    const summary = await api.share(open.sessionId, box.checked);
+    box.checked = summary.shared;
+    $("notice").textContent = summary.shared
+      ? "Shared: anyone in the tenant with this page's address can read it."
+      : "Private again.";
+    listConversations();
+  } catch (error) {
+    box.checked = !box.checked;
+    showError(error);
+  }
+});
+
+$("agent").addEventListener("change", () => {
+  // A conversation not started yet takes the agent chosen now; a started one
+  // keeps its own (a new conversation starts with the chosen one).
+  const open = page.open;
+  if (open && !open.exists && !page.follower?.running) {
+    open.agent = $("agent").value;
+    $("agent-line").textContent = open.agent ? `Agent: ${open.agent}` : "";
+  }
+});
+
+$("new").addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (location.hash) history.pushState(null, "", location.pathname);
+  startNew($("agent").value);
+});
+
+window.addEventListener("hashchange", route);
+
+// ------------------------------------------------------------------ helpers
+
+/** The element that scrolls the transcript: itself on wide screens, the page on phones. */
+function scroller() {
+  const list = $("transcript");
+  return getComputedStyle(list).overflowY === "auto" ? list : document.scrollingElement;
+}
+
+// Keep the growing answer in view, unless the reader scrolled up to read.
+function nearBottom() {
+  const box = scroller();
+  return box.scrollHeight - box.scrollTop - box.clientHeight < 80;
+}
+
+function toBottom() {
+  const box = scroller();
+  box.scrollTop = box.scrollHeight;
+}
+
+function setState(state, words) {
+  const status = $("status");
+  status.dataset.state = state;
+  status.textContent = words;
+}
+
+function setRunning(running) {
+  $("send").disabled = running;
+  $("stop").disabled = !running;
+  $("transcript").setAttribute("aria-busy", String(running));
+}
+
+function showError(error) {
+  $("error").textContent = error instanceof ApiError ? error.words : error.message || String(error);
+}
+
+/** While idle, notice a turn started elsewhere (another tab or device) and show it. */
+function schedulePoll() {
+  clearTimeout(page.pollTimer);
+  page.pollTimer = setTimeout(async () => {
+    const open = page.open;
+    if (!open || !open.exists || page.follower?.running || document.hidden) {
+      schedulePoll();
+      return;
+    }
+    try {
+      const status = await api.status(open.sessionId);
+      const shown = page.follower?.messageId;
+      if (page.open === open && status && status.message_id !== shown && !page.follower?.running) {
+        if (status.status === "running" || status.status === "dead") {
+          follow((follower) => follower.recover());
+          return;
+        }
+        await loadTranscript();
+        if (page.follower) page.follower.messageId = status.message_id;
+      }
+    } catch {
+      // The next poll tries again; errors that matter show when the user acts.
+    }
+    schedulePoll();
+  }, IDLE_POLL_MS);
+}
+
+await configure();
+await Promise.all([listConversations(), route()]);
+schedulePoll();
