@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,3 +137,43 @@ def test_init_refuses_a_file_as_directory(tmp_path: Path) -> None:
     target.write_text("x", encoding="utf-8")
     code, output = _invoke(target)
     assert code != 0 and "not a directory" in output
+
+
+def _serve_start_up(project: Path) -> subprocess.CompletedProcess[str]:
+    # A real process: what a user sees in the terminal, not what CliRunner catches.
+    command = [sys.executable, "-m", "tether", "serve", str(project), "--store", "memory://"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def _setups(project: Path) -> Path:
+    return project / "agents" / "agent_setups.json"
+
+
+@pytest.mark.processes
+def test_a_malformed_setups_file_stops_serve_with_a_message_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    assert _invoke(project)[0] == 0
+    _setups(project).write_text('[{"agent_identifier": "a"}]')
+    result = _serve_start_up(project)
+    assert result.returncode == 2
+    assert str(_setups(project)) in result.stderr
+    assert "agent_name" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.processes
+def test_malformed_mcp_servers_stop_serve_naming_the_agent(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    assert _invoke(project)[0] == 0
+    setups = json.loads(_setups(project).read_text())
+    setups[0].setdefault("agent_configuration", {})["mcp_servers"] = [
+        {"name": "files", "url": "ftp://files.example/mcp"}
+    ]
+    _setups(project).write_text(json.dumps(setups))
+    result = _serve_start_up(project)
+    assert result.returncode == 2
+    assert repr(setups[0]["agent_identifier"]) in result.stderr
+    assert "mcp_servers[0]" in result.stderr and "http" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout

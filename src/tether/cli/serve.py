@@ -15,6 +15,7 @@ from tether.settings import settings_from_env
 from tether.stores import STORE_NAMES, compose
 
 DEFAULT_STORE_URL = "sqlite:///.tether/tether.db"
+EXIT_BAD_PROJECT = 2
 
 
 def serve_command(
@@ -129,12 +130,19 @@ def serve_command(
         )
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--auth") from error
-    app = build_app(
-        project_dir,
-        stores=stores,
-        settings=settings_from_env(),
-        authenticator=authenticator,
-        mcp_store_url=store,
-    )
+    try:
+        app = build_app(
+            project_dir,
+            stores=stores,
+            settings=settings_from_env(),
+            authenticator=authenticator,
+            mcp_store_url=store,
+        )
+    except ValueError as error:
+        # A malformed or inconsistent project (agent setups, MCP servers): the
+        # message names the file or agent and the problem; a traceback of
+        # tether's own frames would only bury it.
+        typer.echo(f"tether serve: {error}", err=True)
+        raise typer.Exit(EXIT_BAD_PROJECT) from error
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
     DrainingServer(config, app).run()

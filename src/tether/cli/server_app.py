@@ -10,11 +10,13 @@ from fastapi import FastAPI
 from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
 from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
 from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
+from tether.adapters.mcp.config import mcp_servers_from_setup
 from tether.adapters.mcp.serving import mcp_oauth_setup_kwargs
 from tether.api.app import setup_app
 from tether.api.auth import Authenticator
 from tether.api.routers.mcp import install_mcp_oauth
 from tether.cli.load_chat_agent_factory import from_string, project_paths
+from tether.domain.agent_setup import AgentSetup
 from tether.settings import TetherSettings
 from tether.stores import StoreBundle
 
@@ -35,10 +37,11 @@ def build_app(
     project = project_dir or example_project_dir()
     agents_dir, setups_file, secrets_file = project_paths(project)
     registry = from_string(str(agents_dir))
+    retriever = AgentSetupRetrieverFromFile(
+        file_path=str(setups_file), secret_file_path=str(secrets_file)
+    )
     factory = LocalAgentRegistriesFactory(
-        agent_setup_retriever=AgentSetupRetrieverFromFile(
-            file_path=str(setups_file), secret_file_path=str(secrets_file)
-        ),
+        agent_setup_retriever=retriever,
         chat_agent_class_registry=registry,
         agent_dependency_registry=AgentDependencyRegistry,
     )
@@ -49,7 +52,22 @@ def build_app(
         authenticator=authenticator,
         **bundle.setup_kwargs(),
         # The MCP OAuth store lives beside the other stores of the same URL.
-        **mcp_oauth_setup_kwargs(mcp_store_url, stores=bundle),
+        **mcp_oauth_setup_kwargs(
+            mcp_store_url, stores=bundle, oauth_agents=_oauth_agents(retriever.setups)
+        ),
     )
     install_mcp_oauth(app)
     return app
+
+
+def _oauth_agents(setups: list[AgentSetup]) -> list[str]:
+    """The agents with an MCP server that needs a user's OAuth authorization.
+
+    Their MCP configuration is checked here too, so a malformed ``mcp_servers``
+    stops the server at start-up, naming the agent, not at its first turn.
+    """
+    return [
+        setup.agent_identifier
+        for setup in setups
+        if any(server.needs_user_authorization for server in mcp_servers_from_setup(setup))
+    ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,10 +86,13 @@ def mcp_oauth_setup_kwargs(
     settings: MCPOAuthSettings | None = None,
     *,
     stores: StoreBundle | None = None,
+    oauth_agents: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``setup_app`` keyword arguments (``mcp_oauth_store``, ``mcp_oauth_token_client``)
     for ``store_url``; empty when its backend keeps no MCP OAuth rows. Pass the
-    server's other ``stores`` so a SQL backend shares their database."""
+    server's other ``stores`` so a SQL backend shares their database, and the
+    agents whose MCP servers use OAuth, so a missing key is reported where it
+    matters (and not to every project, most of which have no such server)."""
     if not store_url:
         return {}
     settings = settings or MCPOAuthSettings.from_env()
@@ -96,10 +100,11 @@ def mcp_oauth_setup_kwargs(
     repository = mcp_oauth_repository_from_url(store_url, cipher, stores)
     if repository is None:
         return {}
-    if not cipher.configured:
+    if not cipher.configured and oauth_agents:
         logger.warning(
-            "MCP OAuth: TETHER_MCP_ENCRYPTION_KEYS is not set, so MCP servers that need a "
-            "user's authorization cannot be connected (credentials are never stored in clear)"
+            "MCP OAuth: TETHER_MCP_ENCRYPTION_KEYS is not set, so the OAuth MCP servers of "
+            "agents %s cannot be connected (credentials are never stored in clear)",
+            ", ".join(sorted(oauth_agents)),
         )
     return {
         "mcp_oauth_store": MCPOAuthIntegrationStore(repository, settings=settings),
