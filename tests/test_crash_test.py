@@ -89,8 +89,9 @@ def test_the_command_recovers_every_round_with_no_violation(
             assert fence["old_readers_heard"] == ["gone"]
 
 
-def test_memory_store_is_refused() -> None:
-    result = CliRunner().invoke(app, ["crash-test", "--store", "memory://", "--rounds", "1"])
+@pytest.mark.parametrize("option", ["--store", "--stream-store"])
+def test_memory_store_is_refused(option: str) -> None:
+    result = CliRunner().invoke(app, ["crash-test", option, "memory://", "--rounds", "1"])
     assert result.exit_code == 2
     assert "memory://" in result.output
 

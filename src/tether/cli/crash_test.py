@@ -55,6 +55,13 @@ def crash_test_command(
             "temporary directory)."
         ),
     ] = None,
+    stream_store: Annotated[
+        str | None,
+        typer.Option(
+            help="Store URL for the recording and supervision stores (as tether serve "
+            "--stream-store), e.g. redis:// beside a postgresql:// --store."
+        ),
+    ] = None,
     replicas: Annotated[int, typer.Option(min=2, help="Server processes to run.")] = 2,
     rounds: Annotated[int, typer.Option(min=1, help="Turns to fail and recover.")] = 10,
     fault: Annotated[
@@ -74,13 +81,14 @@ def crash_test_command(
     """Fail the producing replica of a long turn, round after round, and check that
     nothing was lost, duplicated, re-run or overwritten."""
     console = Console()
-    if store is not None and urlsplit(store).scheme == "memory":
+    if any(url is not None and urlsplit(url).scheme == "memory" for url in (store, stream_store)):
         console.print("[red]memory:// is private to each process; replicas cannot share it[/red]")
         raise typer.Exit(EXIT_CANNOT_RUN)
     workdir = Path(tempfile.mkdtemp(prefix="tether-crash-test-"))
     config = CrashTestConfig(
         project_dir=(project_dir or example_project_dir()).resolve(),
         store_url=store or default_store_url(workdir / "store"),
+        stream_store_url=stream_store,
         replicas=replicas,
         rounds=rounds,
         fault=fault,
@@ -104,7 +112,7 @@ def crash_test_command(
 def _run(config: CrashTestConfig, report: CrashTestReport, console: Console) -> int:
     console.print(
         f"tether crash-test: {config.rounds} rounds, fault {config.fault}, "
-        f"{config.replicas} replicas, store {config.store_url}, seed {config.seed}"
+        f"{config.replicas} replicas, {config.stores_described}, seed {config.seed}"
     )
     try:
         with LiveView(console, config.rounds) as view:

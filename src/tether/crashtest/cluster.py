@@ -43,10 +43,12 @@ class Replica:
         *,
         env: dict[str, str],
         log_path: Path,
+        stream_store_url: str | None = None,
     ) -> None:
         self.name = name
         self.project_dir = project_dir
         self.store_url = store_url
+        self.stream_store_url = stream_store_url
         self.env = env
         self.log_path = log_path
         self.port = 0
@@ -75,6 +77,8 @@ class Replica:
             "--host", LOOPBACK, "--port", str(self.port), "--store", self.store_url,
             "--log-level", "warning",
         ]  # fmt: skip
+        if self.stream_store_url is not None:
+            command += ["--stream-store", self.stream_store_url]
         self.process = self._spawn(command)
         self.paused = False
         self.starts += 1
@@ -170,6 +174,7 @@ class Cluster:
         size: int,
         workdir: Path,
         env: dict[str, str] | None = None,
+        stream_store_url: str | None = None,
     ) -> None:
         if size < 2:
             raise ClusterError(
@@ -185,6 +190,7 @@ class Cluster:
                 store_url,
                 env=replica_env,
                 log_path=workdir / f"r{number}.log",
+                stream_store_url=stream_store_url,
             )
             for number in range(1, size + 1)
         ]

@@ -17,7 +17,7 @@ import httpx2
 from tether.crashtest.client import REQUESTER, TENANT, TetherAPI
 from tether.crashtest.invariants import Snapshot, normalize_all
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
-from tether.stores import from_url
+from tether.stores import compose
 
 
 async def snapshot(api: TetherAPI, base_url: str, session_id: str) -> Snapshot:
@@ -30,10 +30,11 @@ async def snapshot(api: TetherAPI, base_url: str, session_id: str) -> Snapshot:
 
 
 async def stored_turn(
-    store_url: str, session_id: str
+    store_url: str, session_id: str, *, stream_store_url: str | None = None
 ) -> tuple[dict[str, Any] | None, int | None, int | None]:
-    """The recording's last message and epoch, and the checkpoint's epoch."""
-    bundle = from_url(store_url)
+    """The recording's last message and epoch, and the checkpoint's epoch, read from
+    the same stores the replicas use."""
+    bundle = compose(store_url, stream=stream_store_url)
     stores = [
         store
         for store in (bundle.chat_stream_recording_store, bundle.agent_state_store)

@@ -55,6 +55,7 @@ class RoundContext:
     settings: TetherSettings
     store_url: str
     phase: Phase
+    stream_store_url: str | None = None
 
 
 @dataclass
@@ -295,7 +296,7 @@ async def _fence_evidence(
     )
     try:
         message, recorded_epoch, checkpoint_epoch = await stored_turn(
-            ctx.store_url, result.session_id
+            ctx.store_url, result.session_id, stream_store_url=ctx.stream_store_url
         )
     except Exception as error:
         note = f"the store set could not be read from here ({type(error).__name__}: {error})"

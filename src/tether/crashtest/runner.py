@@ -35,11 +35,21 @@ class CrashTestConfig:
     seed: int
     agent: str
     workdir: Path
+    stream_store_url: str | None = None
+    """Recording and supervision stores elsewhere (``tether serve --stream-store``)."""
+
+    @property
+    def stores_described(self) -> str:
+        described = f"store {self.store_url}"
+        if self.stream_store_url is not None:
+            described += f", stream store {self.stream_store_url}"
+        return described
 
     def describe(self, settings: TetherSettings) -> dict[str, Any]:
         return {
             "project": str(self.project_dir),
             "store": self.store_url,
+            "stream_store": self.stream_store_url,
             "replicas": self.replicas,
             "fault": str(self.fault),
             "seed": self.seed,
@@ -70,9 +80,13 @@ async def run_crash_test(
     pool = PROMPTS[: min(len(PROMPTS), config.rounds)]
     prompts = [rng.choice(pool) for _ in range(config.rounds)]
     cluster = Cluster(
-        config.project_dir, config.store_url, size=config.replicas, workdir=config.workdir
+        config.project_dir,
+        config.store_url,
+        size=config.replicas,
+        workdir=config.workdir,
+        stream_store_url=config.stream_store_url,
     )
-    view.phase(f"starting {config.replicas} replicas on {config.store_url}")
+    view.phase(f"starting {config.replicas} replicas on {config.stores_described}")
     async with cluster, TetherAPI.client() as http:
         api = TetherAPI(http, config.agent)
         view.phase(f"crash-free runs of {len(set(prompts))} prompts (the references)")
@@ -80,7 +94,9 @@ async def run_crash_test(
             api, cluster, prompts, within=_REFERENCE_WITHIN
         )
         report.warnings += warnings
-        context = RoundContext(api, cluster, settings, config.store_url, view.phase)
+        context = RoundContext(
+            api, cluster, settings, config.store_url, view.phase, config.stream_store_url
+        )
         for number, prompt in enumerate(prompts, start=1):
             reference = references[prompt]
             plan = RoundPlan(
