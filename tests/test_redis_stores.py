@@ -30,7 +30,7 @@ from tether.adapters.redis import (
     stores_from_url,
 )
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
-from tether.domain.chat_stream_recording_store import RecordedStreamEvent
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
@@ -292,6 +292,18 @@ class _CountingRedis(redis.asyncio.Redis):
         self.sent.append(str(args[0]))
         return await super().execute_command(*args, **options)
 
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        execute, sent = pipe.execute, self.sent
+
+        async def counted(raise_on_error: bool = True) -> Any:
+            names = sorted({str(args[0]) for args, _ in pipe.command_stack})
+            sent.append(f"PIPELINE of {len(pipe.command_stack)} {' '.join(names)}")
+            return await execute(raise_on_error)
+
+        pipe.execute = counted
+        return pipe
+
 
 async def test_compare_and_swap_many_decides_each_swap_in_one_round_trip(
     redis_url: str,
@@ -514,3 +526,68 @@ async def test_an_outage_fails_calls_promptly_and_everything_recovers_after_it(
                 break
         else:
             pytest.fail("the change feed did not come back within 5 s")
+
+
+# The connection pool under load --------------------------------------------------------
+
+
+async def test_a_burst_beyond_the_pool_queues_for_connections(redis_url: str) -> None:
+    # A thousand turns starting at once: far more calls than pooled connections.
+    # They wait for a free connection; none fails with "Too many connections".
+    async with RedisChatStreamRecordingStore.from_url(
+        _with_query(redis_url, max_connections="4")
+    ) as store:
+        await asyncio.gather(*(store.put("t", "u", f"s{i}", _event(1)) for i in range(300)))
+        reads = await asyncio.gather(*(store.read("t", "u", f"s{i}") for i in range(300)))
+        assert reads == [_event(1)] * 300
+
+
+async def test_cancelled_calls_strand_no_connection_and_are_not_swallowed(
+    redis_url: str,
+) -> None:
+    async with RedisChatStreamRecordingStore.from_url(
+        _with_query(redis_url, max_connections="2", timeout="2")
+    ) as store:
+        for round_ in range(20):
+            calls = [
+                asyncio.create_task(store.put("t", "u", f"s{i}", _event(1))) for i in range(40)
+            ]
+            # Cancel at a different point of the calls' progress each round.
+            for _ in range(round_ % 5):
+                await asyncio.sleep(0)
+            requested = [call.cancel() for call in calls]
+            outcomes = await asyncio.gather(*calls, return_exceptions=True)
+            # A caller cancelled before its call was done hears it was cancelled,
+            # never a normal return (which would leave its task running on).
+            for was_requested, outcome in zip(requested, outcomes, strict=True):
+                if was_requested:
+                    assert isinstance(outcome, asyncio.CancelledError)
+        # Every connection came back: a burst on the two-connection pool goes through
+        # (a stranded connection would make these wait out the pool timeout and fail).
+        await asyncio.gather(*(store.put("t", "u", f"after{i}", _event(1)) for i in range(50)))
+        assert await store.read("t", "u", "after49") == _event(1)
+
+
+async def test_put_many_is_one_round_trip_and_fences_each_put(redis_url: str) -> None:
+    client = cast(_CountingRedis, _CountingRedis.from_url(_server_url(redis_url)))
+    client.sent = []
+    async with RedisConnection(client, prefix=_prefix(redis_url), owns_client=True) as connection:
+        store = RedisChatStreamRecordingStore(connection)
+        await store.put("t", "u", "taken", _event(3, "successor"))
+        await store.put("t", "u", "warm", _event(1))  # loads the script
+        puts = [
+            RecordingPut("t", "u", "taken", _event(2, "fenced")),
+            *(RecordingPut("t", "u", f"s{i}", _event(1, f"text {i}")) for i in range(50)),
+        ]
+        client.sent.clear()
+        results = await store.put_many(puts)
+        assert results == [False] + [True] * 50
+        assert client.sent == ["PIPELINE of 51 EVALSHA"]
+        assert await store.read("t", "u", "taken") == _event(3, "successor")
+        assert await store.read("t", "u", "s49") == _event(1, "text 49")
+        raw = redis.Redis.from_url(_server_url(redis_url))
+        try:
+            raw.script_flush()  # the server forgets its scripts (a restart would)
+        finally:
+            raw.close()
+        assert await store.put_many(puts[1:3]) == [True, True]

@@ -296,8 +296,9 @@ async def test_sigkill_then_resume_on_another_replica(
     assert len(seen_ids) == len(set(seen_ids))
 
 
+@pytest.mark.parametrize("point", ["during_text", "after_tool"])
 async def test_a_stopped_producer_is_fenced_and_writes_nothing(
-    replicas: Replicas, client: httpx2.AsyncClient, backend: Backend
+    replicas: Replicas, client: httpx2.AsyncClient, backend: Backend, point: str
 ) -> None:
     reference = await _reference(client, replicas, PROMPT)
     session = _session()
@@ -307,7 +308,7 @@ async def test_a_stopped_producer_is_fenced_and_writes_nothing(
             client, "POST", f"{one}/chat/stream?tenant=t", json=_body(PROMPT, session)
         )
     )
-    await read.until(lambda r: len(r.messages) >= 30)
+    await read.until(lambda r: _kill_point(r, point))
     replicas.one.signal(signal.SIGSTOP)
     try:
         await _wait_status(client, two, session, "dead", within=5.0)

@@ -76,6 +76,37 @@ class TestRecordingStore(ChatStreamRecordingStoreContract):
         return InMemoryChatStreamRecordingStore()
 
 
+class _SeedOnlyRecordingStore(ChatStreamRecordingStore):
+    """An adapter written against the seed's interface: put, read and delete only,
+    so ``put_many`` is the interface's default."""
+
+    def __init__(self) -> None:
+        self._inner = InMemoryChatStreamRecordingStore()
+
+    async def put(
+        self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
+    ) -> None:
+        await self._inner.put(tenant, requester_uuid, session_id, event)
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> RecordedStreamEvent | None:
+        return await self._inner.read(tenant, requester_uuid, session_id)
+
+    async def delete(
+        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
+    ) -> None:
+        await self._inner.delete(tenant, requester_uuid, session_id, message_id)
+
+
+class TestSeedOnlyRecordingStore(ChatStreamRecordingStoreContract):
+    """The contract holds for an adapter that implements only the seed's methods."""
+
+    @pytest.fixture
+    def store(self) -> ChatStreamRecordingStore:
+        return _SeedOnlyRecordingStore()
+
+
 class TestConversationStore(ChatConversationStoreFullContract):
     @pytest.fixture
     def store(self, backend: str, tmp_path: Path, clock: ManualClock) -> ChatConversationStore:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
@@ -21,6 +23,16 @@ class RecordedStreamEvent(BaseModel):
 
 class RecordingFencedError(Exception):
     """A put was refused because the stored record has a higher epoch."""
+
+
+@dataclass(frozen=True)
+class RecordingPut:
+    """One fenced put of a batch (see ``ChatStreamRecordingStore.put_many``)."""
+
+    tenant: str
+    requester_uuid: str | None
+    session_id: str
+    event: RecordedStreamEvent
 
 
 class ChatStreamRecordingStore(ABC):
@@ -42,6 +54,32 @@ class ChatStreamRecordingStore(ABC):
         can never overwrite its successor's snapshot. A refused write raises
         ``RecordingFencedError``.
         """
+
+    async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
+        """Several independent fenced puts; one result per put, in order: True
+        when it was written, False when it was fenced (where ``put`` would have
+        raised ``RecordingFencedError``).
+
+        Optional: lets a replica flush the recordings of all its turns in one
+        round trip per flush interval. Each put keeps its own epoch fence: a
+        fenced put changes nothing and does not stop the others, and puts of
+        one conversation are applied in order. The batch is not a transaction
+        across rows. Any other failure (the store is unreachable) raises for
+        the whole batch; then each put may or may not have been written.
+
+        The default calls ``put`` for each, one after another, so an adapter
+        implementing only ``put`` is correct; backends override it with one
+        round trip (a transaction, a statement, a pipeline).
+        """
+        results: list[bool] = []
+        for item in puts:
+            try:
+                await self.put(item.tenant, item.requester_uuid, item.session_id, item.event)
+            except RecordingFencedError:
+                results.append(False)
+            else:
+                results.append(True)
+        return results
 
     @abstractmethod
     async def read(

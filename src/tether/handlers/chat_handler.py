@@ -25,6 +25,7 @@ from tether.adapters.stream_buffer.lease import (
     claim,
 )
 from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
+from tether.adapters.stream_buffer.recording_flusher import RecordingFlusher
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
@@ -46,7 +47,7 @@ from tether.handlers.errors import (
 )
 from tether.handlers.turn import Turn
 from tether.handlers.turn_stores import TurnStores
-from tether.metrics import TetherMetrics
+from tether.metrics import TetherMetrics, backend_name
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,17 @@ class ChatHandler:
                 on_batch=self.metrics.heartbeat_observer(stores.supervision),
             )
             if stores.supervision is not None
+            else None
+        )
+        self.flusher = (
+            RecordingFlusher(
+                stores.recording,
+                interval=settings.recording_flush_interval,
+                on_batch=self.metrics.store_operation_seconds.labels(
+                    "recording", backend_name(stores.recording), "put_many"
+                ).observe,
+            )
+            if stores.recording is not None
             else None
         )
 
@@ -169,6 +181,7 @@ class ChatHandler:
             lease=lease,
             buffer=ChatStreamBuffer(first_index),
             heartbeats=self.heartbeats,
+            flusher=self.flusher,
             recorded=recorded,
             metrics=self.metrics,
         )
@@ -542,3 +555,5 @@ class ChatHandler:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.heartbeats is not None:
             await self.heartbeats.aclose()
+        if self.flusher is not None:
+            await self.flusher.aclose()

@@ -1,11 +1,12 @@
 """One chat turn on the replica producing it, from the claimed lease to the sealed transcript.
 
 The producer drives the agent and publishes every cumulative message to the
-live buffer. For a stateful turn, three workers run beside it: the heartbeat
-(renews the lease every second), the recording flusher (the newest message to
-shared storage at most every 0.5 s) and the checkpointer (every resumable
-dependency every 5 s, and when a dependency asks). Any refused guarded write
-fences the turn: the agent is stopped and nothing more is written anywhere.
+live buffer. For a stateful turn, three things run beside it: the replica's
+heartbeat batcher (renews the lease every second), the replica's recording
+flusher (the newest message to shared storage at most every 0.5 s, one batch
+for all turns) and the turn's checkpointer (every resumable dependency every
+5 s, and when a dependency asks). Any refused guarded write fences the turn:
+the agent is stopped and nothing more is written anywhere.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tether.adapters.stream_buffer.follower import is_regression
 from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
 from tether.adapters.stream_buffer.lease import Lease, LeaseLostError
 from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd
+from tether.adapters.stream_buffer.recording_flusher import RecordingFencedOut, RecordingFlusher
 from tether.domain.agent_dependency import ResumableAgentDependency
 from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
 from tether.domain.agent_setup import AgentSetup
@@ -28,7 +30,11 @@ from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
-from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingFencedError
+from tether.domain.chat_stream_recording_store import (
+    RecordedStreamEvent,
+    RecordingFencedError,
+    RecordingPut,
+)
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
@@ -65,6 +71,7 @@ class Turn:
         lease: Lease | None,
         buffer: ChatStreamBuffer,
         heartbeats: HeartbeatBatcher | None = None,
+        flusher: RecordingFlusher | None = None,
         recorded: ChatMessage | None = None,
         metrics: TetherMetrics | None = None,
     ) -> None:
@@ -80,6 +87,7 @@ class Turn:
         self.lease = lease
         self.buffer = buffer
         self._heartbeats = heartbeats
+        self._flusher = flusher
         self._metrics = metrics if metrics is not None else TetherMetrics()
         # A resumed turn starts its stream from what clients last saw, and holds
         # back the regenerated text until it has passed that point.
@@ -90,6 +98,7 @@ class Turn:
         self._flushed_index = -1
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
+        self._workers_stopped = False
         self._dead_after = timedelta(seconds=settings.dead_after)
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
@@ -147,6 +156,8 @@ class Turn:
             return
         if self._heartbeats is not None:
             self._heartbeats.release(self.lease)
+        if self._flusher is not None:
+            self._flusher.release(self)
         try:
             await self._flush()
             await self.checkpoint()
@@ -193,9 +204,9 @@ class Turn:
         finally:
             if self.lease is not None and self._heartbeats is not None:
                 self._heartbeats.release(self.lease)
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            if self._flusher is not None:
+                self._flusher.release(self)
+            await self._stop_workers(workers)
         return await self._seal()
 
     async def _drive(self, created: CreatedAgent, conversation: list[ChatMessage]) -> None:
@@ -215,6 +226,10 @@ class Turn:
             ) from None
 
     def _publish(self, message: ChatMessage) -> None:
+        if self._stop_reason is not None:
+            # Stopped, but the cancellation did not reach the agent (a library
+            # under it swallowed it): nothing more may be shown or recorded.
+            raise asyncio.CancelledError
         if self.lease is not None and self._clock() - self.lease.renewed_at > self._dead_after:
             # Unrenewed past the dead threshold (a stall, a SIGSTOP, an outage):
             # another replica may own the turn now. Stop before showing anything.
@@ -304,7 +319,9 @@ class Turn:
                     await store.save(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", state)
                 break
             except StoreUnavailableError:
-                if not guard:
+                if not guard or self._stop_reason is not None:
+                    # Unguarded (a hand-off's last save) or already stopped: the
+                    # caller decides; a stopped turn must not linger in this loop.
                     raise
                 # A checkpoint is what keeps a resume from running a finished tool
                 # call again, so it is waited for, not skipped: retried while the
@@ -326,10 +343,28 @@ class Turn:
             assert self._heartbeats is not None, "a leased turn needs the heartbeat batcher"
             self._heartbeats.hold(self.lease, lambda: self.stop(StreamEnd("gone")))
         if self._stores.recording is not None:
-            loops.append(self._flush_loop)
+            # Likewise the replica's flusher writes this turn's recording with
+            # all the others' every flush interval; a fenced put stops this turn.
+            assert self._flusher is not None, "a recorded turn needs the recording flusher"
+            self._flusher.hold(
+                self,
+                self._pending_put,
+                self._written,
+                self._fenced_by_recording,
+                self._flush_failed,
+            )
         if self._stores.agent_state is not None and self._resumables:
             loops.append(self._checkpoint_loop)
         return [asyncio.create_task(self._guarded(loop)) for loop in loops]
+
+    async def _stop_workers(self, workers: list[asyncio.Task[None]]) -> None:
+        # The flag ends a worker's loop even when a store driver swallowed the
+        # cancellation (Python 3.11's wait_for can): it then finishes its
+        # current write and stops at the loop's next turn instead of running on.
+        self._workers_stopped = True
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
     async def _guarded(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
         try:
@@ -363,22 +398,14 @@ class Turn:
                 raise LeaseLostError(self.message_id) from None
             logger.warning("turn %s: heartbeat failed, will retry", self.message_id, exc_info=True)
 
-    async def _flush_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._settings.recording_flush_interval)
-            try:
-                await self._flush()
-            except StoreUnavailableError:
-                # Not the turn's failure: the next flush writes the latest message
-                # again. An outage long enough to matter stops the turn through
-                # its lease (the heartbeats), not here.
-                logger.warning("turn %s: recording flush failed, will retry", self.message_id)
-
-    async def _flush(self) -> None:
-        store = self._stores.recording
+    def _pending_put(self) -> RecordingPut | None:
+        """The newest message not yet recorded, as a put; None when there is
+        nothing new or the lease is gone (a fenced producer writes nothing)."""
         latest = self.buffer.latest
-        if store is None or latest is None or latest.index <= self._flushed_index:
-            return
+        if latest is None or latest.index <= self._flushed_index:
+            return None
+        if self.lease is not None and self.lease.lost:
+            return None
         ctx = self.context
         event = RecordedStreamEvent(
             index=latest.index,
@@ -386,18 +413,50 @@ class Turn:
             message_id=self.message_id,
             epoch=self._epoch,
         )
+        return RecordingPut(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", event)
+
+    def _written(self, put: RecordingPut) -> None:
+        self._flushed_index = max(self._flushed_index, put.event.index)
+
+    def _fenced_by_recording(self) -> None:
+        if self.lease is not None:
+            self.lease.lost = True
+        self.stop(StreamEnd("gone"))
+
+    def _flush_failed(self, error: BaseException) -> None:
+        # Not an outage (the flusher retries those: the next flush writes the
+        # latest message again), but this turn's own put failing.
+        logger.error("turn %s: recording flush failed", self.message_id, exc_info=error)
+        self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
+
+    async def _flush(self) -> None:
+        """Record the newest message now (the end of the turn, a hand-off), in
+        the replica's next batch; a fenced put raises ``LeaseLostError``."""
+        store = self._stores.recording
+        if store is None:
+            return
+        if self.lease is not None and self.lease.lost:
+            raise LeaseLostError(self.message_id)
+        put = self._pending_put()
+        if put is None:
+            return
         try:
             with self._metrics.timed("recording", store, "put"):
-                await store.put(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", event)
-        except RecordingFencedError:
+                if self._flusher is not None:
+                    await self._flusher.flush_now(self, put)
+                else:
+                    await store.put(put.tenant, put.requester_uuid, put.session_id, put.event)
+        except (RecordingFencedOut, RecordingFencedError):
             if self.lease is not None:
                 self.lease.lost = True
             raise LeaseLostError(self.message_id) from None
-        self._flushed_index = latest.index
+        self._written(put)
 
     async def _checkpoint_loop(self) -> None:
-        while True:
+        while not self._workers_stopped:
             await asyncio.sleep(self._settings.checkpoint_interval)
+            if self._workers_stopped:
+                return
             await self.checkpoint()
 
     # ------------------------------------------------------------------- end

@@ -383,10 +383,16 @@ class _TurnState(BaseModel):
         )
 
     def message(self) -> ChatMessage:
+        # Called for every streamed chunk, so the copy is kept cheap: a text part
+        # is only ever changed by assigning a new string, so a shallow copy keeps
+        # the message already published intact; tool parts change in place.
         return ChatMessage(
             sender=ChatMessageSender.BOT,
             content=self.content,
-            content_parts=[part.model_copy(deep=True) for part in self.content_parts],
+            content_parts=[
+                part.model_copy(deep=part.type is not ContentPartType.TEXT)
+                for part in self.content_parts
+            ],
         )
 
     def _refresh_content(self) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 
 def row_key(*ids: str) -> bytes:
@@ -45,3 +47,35 @@ def session_key(tenant: str, requester_uuid: str | None, session_id: str) -> byt
     """
     check_ids(tenant, requester_uuid or "", session_id)
     return row_key(tenant, requester_uuid or "", session_id)
+
+
+class _ConversationItem(Protocol):
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def requester_uuid(self) -> str | None: ...
+    @property
+    def session_id(self) -> str: ...
+
+
+_Item = TypeVar("_Item", bound=_ConversationItem)
+
+
+def conversation_rounds(items: Sequence[_Item]) -> list[list[tuple[int, _Item, bytes]]]:
+    """A batch cut into rounds in which no conversation repeats: (position, item,
+    session key) triples, each conversation's items in batch order across rounds.
+
+    One statement over ``unnest()`` arrays cannot apply two writes to one row in
+    order, so a batch sends one statement per round; a batch of distinct
+    conversations (a heartbeat or a flush, the usual case) is one round.
+    """
+    rounds: list[list[tuple[int, _Item, bytes]]] = []
+    seen: dict[bytes, int] = {}
+    for position, item in enumerate(items):
+        key = session_key(item.tenant, item.requester_uuid, item.session_id)
+        occurrence = seen.get(key, 0)
+        seen[key] = occurrence + 1
+        if occurrence == len(rounds):
+            rounds.append([])
+        rounds[occurrence].append((position, item, key))
+    return rounds

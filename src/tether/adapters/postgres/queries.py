@@ -188,6 +188,47 @@ Only a put at the epoch already stored skips the fsync wait: the put that raises
 the epoch (a new turn, a takeover) is durable, so a server crash can lose
 snapshots but never bring a lower epoch's record back."""
 
+PUT_RECORDING_MANY: Final = """
+WITH put AS (
+    SELECT *
+    FROM unnest(
+        %(keys)s::bytea[], %(tenants)s::text[], %(requester_uuids)s::text[],
+        %(session_ids)s::text[], %(epochs)s::bigint[], %(stream_indexes)s::bigint[],
+        %(message_ids)s::text[], %(messages)s::jsonb[]
+    ) WITH ORDINALITY AS put (
+        key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message,
+        position
+    )
+),
+relaxed AS (
+    SELECT NOT EXISTS (
+        SELECT 1
+        FROM put LEFT JOIN tether_stream_recording AS stored ON stored.key = put.key
+        WHERE stored.epoch IS DISTINCT FROM put.epoch
+    ) AS at_stored_epochs
+),
+written AS (
+    INSERT INTO tether_stream_recording AS stored
+        (key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message)
+    SELECT key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message
+    FROM put
+    ON CONFLICT (key) DO UPDATE
+    SET epoch = excluded.epoch, stream_index = excluded.stream_index,
+        message_id = excluded.message_id, message = excluded.message, recorded_at = now()
+    WHERE stored.epoch <= excluded.epoch
+    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+)
+SELECT put.position,
+       put.key IN (SELECT key FROM written) AS written,
+       CASE WHEN (SELECT at_stored_epochs FROM relaxed)
+           THEN set_config('synchronous_commit', 'off', true) END AS commit_mode
+FROM put
+ORDER BY put.position
+"""
+"""Several fenced puts on *distinct* keys in one statement, each fenced on its own
+row; one row per put, in order (``written`` false: fenced). The batch skips the
+fsync wait only when every put is at the epoch already stored, as ``PUT_RECORDING``."""
+
 DELETE_RECORDING: Final = """
 WITH deleted AS (
     DELETE FROM tether_stream_recording

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
-from tether.adapters.postgres._keys import check_ids, session_key
+from tether.adapters.postgres._keys import check_ids, conversation_rounds, session_key
 from tether.adapters.postgres._store import PostgresStore
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
+    RecordingPut,
 )
 from tether.domain.store_errors import StoreCorruptedError
 
@@ -28,6 +31,9 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
     one, never a mix. Puts at the stored epoch skip the fsync wait; the put that
     raises the epoch does not (see ``PostgresDatabase``).
 
+    ``put_many`` sends a batch of puts as one statement (one round trip), each
+    fenced on its own row.
+
     Every put and delete, and every supervision write, sends ``pg_notify`` with
     the conversation's key; :meth:`wait_for_change` waits for those on the
     database's one shared LISTEN connection.
@@ -38,9 +44,7 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
     ) -> None:
         """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
         check_ids(event.message_id)
-        message = json.dumps(
-            event.message.model_dump(mode="json"), allow_nan=False, separators=(",", ":")
-        )
+        message = _message_json(event)
         row = await self._database.fetch_one(
             queries.PUT_RECORDING,
             {
@@ -58,6 +62,23 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
             raise RecordingFencedError(
                 f"a recording with an epoch above {event.epoch} is stored; this put is fenced"
             )
+
+    async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
+        """Independent fenced puts in one round trip; True per written put, False
+        per fenced one, in order.
+
+        One statement over ``unnest()`` arrays. Puts of the same conversation are
+        applied in order: the batch is cut into rounds where no conversation
+        repeats, one statement each (a flush of distinct turns is one round trip).
+        """
+        results: list[bool] = [False] * len(puts)
+        for this_round in conversation_rounds(puts):
+            rows = await self._database.fetch_all(
+                queries.PUT_RECORDING_MANY, _batch_params(this_round)
+            )
+            for (position, _, _), row in zip(this_round, rows, strict=True):
+                results[position] = bool(row["written"])
+        return results
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -101,3 +122,22 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
         """
         key = session_key(tenant, requester_uuid, session_id)
         return await self._database.wait_for_change(key, max_wait)
+
+
+def _message_json(event: RecordedStreamEvent) -> str:
+    return json.dumps(event.message.model_dump(mode="json"), allow_nan=False, separators=(",", ":"))
+
+
+def _batch_params(puts: list[tuple[int, RecordingPut, bytes]]) -> dict[str, Any]:
+    for _, put, _ in puts:
+        check_ids(put.event.message_id)
+    return {
+        "keys": [key for _, _, key in puts],
+        "tenants": [put.tenant for _, put, _ in puts],
+        "requester_uuids": [put.requester_uuid or "" for _, put, _ in puts],
+        "session_ids": [put.session_id for _, put, _ in puts],
+        "epochs": [put.event.epoch for _, put, _ in puts],
+        "stream_indexes": [put.event.index for _, put, _ in puts],
+        "message_ids": [put.event.message_id for _, put, _ in puts],
+        "messages": [_message_json(put.event) for _, put, _ in puts],
+    }

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
-from tether.adapters.postgres._keys import check_ids, session_key
+from tether.adapters.postgres._keys import check_ids, conversation_rounds, session_key
 from tether.adapters.postgres._store import PostgresStore
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
@@ -61,24 +61,12 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         distinct conversations, the heartbeat case, is one round trip).
         """
         results: list[bool] = [False] * len(swaps)
-        pending = list(enumerate(swaps))
-        while pending:
-            this_round: list[tuple[int, SupervisionSwap, bytes]] = []
-            later: list[tuple[int, SupervisionSwap]] = []
-            seen: set[bytes] = set()
-            for position, swap in pending:
-                key = session_key(swap.tenant, swap.requester_uuid, swap.session_id)
-                if key in seen:
-                    later.append((position, swap))
-                else:
-                    seen.add(key)
-                    this_round.append((position, swap, key))
+        for this_round in conversation_rounds(swaps):
             rows = await self._database.fetch_all(
                 queries.SWAP_SUPERVISION_MANY, _batch_params(this_round)
             )
             for (position, _, _), row in zip(this_round, rows, strict=True):
                 results[position] = bool(row["written"])
-            pending = later
         return results
 
     async def read(

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis.asyncio
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 _NAMES = ("supervision_cas", "supervision_delete", "recording_put", "recording_delete")
 
@@ -44,6 +45,26 @@ class Scripts:
 
     async def recording_put(self, key: str, args: list[str | int]) -> Any:
         return await self._recording_put(keys=[key], args=args)
+
+    async def recording_put_many(self, calls: list[tuple[str, list[str | int]]]) -> list[Any]:
+        """``recording_put`` once per ``(key, args)``, all in one pipeline (one
+        round trip, not a transaction: each call is its own atomic script run).
+        Raises the first error any call met."""
+        script = self._recording_put
+        client = script.registered_client
+        for attempt in (1, 2):
+            async with client.pipeline(transaction=False) as pipe:
+                for key, args in calls:
+                    pipe.evalsha(script.sha, 1, key, *args)
+                try:
+                    return list(await pipe.execute())
+                except NoScriptError:
+                    # The server lost its script cache (a restart, SCRIPT FLUSH): no
+                    # call ran, so load the script and send the batch once more.
+                    if attempt == 2:
+                        raise
+                    await client.script_load(script.script)
+        raise AssertionError("unreachable")
 
     async def recording_delete(self, key: str, args: list[str | int]) -> Any:
         return await self._recording_delete(keys=[key], args=args)

@@ -21,6 +21,12 @@ DEFAULT_STREAM_TTL = 6 * 60 * 60
 _CONNECT_TIMEOUT = 1.0
 _SOCKET_TIMEOUT = 2.0
 _RETRIES = 1
+# A bounded pool that callers queue for: a thousand turns starting at once must
+# wait a few milliseconds for a connection, not fail. 32 is far more than one
+# replica's sub-millisecond commands keep busy, and far below the server's
+# default limit of 10,000 clients even with a hundred replicas.
+_MAX_CONNECTIONS = 32
+_POOL_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,12 @@ def client_defaults() -> dict[str, Any]:
         "socket_timeout": _SOCKET_TIMEOUT,
         "retry": Retry(ExponentialBackoff(cap=0.2, base=0.05), retries=_RETRIES),
     }
+
+
+def pool_defaults() -> dict[str, Any]:
+    """Keyword arguments for ``BlockingConnectionPool.from_url``; query values
+    (``max_connections``, ``timeout``) win."""
+    return {"max_connections": _MAX_CONNECTIONS, "timeout": _POOL_TIMEOUT}
 
 
 def describe_url(url: str) -> str:

@@ -29,8 +29,8 @@ class RedisChatAgentStateStore(RedisStore, ChatAgentStateStore):
     async def load(self, tenant: str, user_uuid: str | None, session_id: str) -> DependencyState:
         """The saved state, or ``{}``; a damaged value raises ``StoreCorruptedError``."""
         key = self._key(tenant, user_uuid, session_id)
-        with self._connection.translate_errors("load agent state"):
-            raw = await self._connection.client.get(key)
+        client = self._connection.client
+        raw = await self._connection.call("load agent state", lambda: client.get(key))
         if raw is None:
             return {}
         try:
@@ -50,15 +50,15 @@ class RedisChatAgentStateStore(RedisStore, ChatAgentStateStore):
             raise TypeError("agent state must be a dict of {state_key: dict blob}")
         document = json.dumps(state, separators=(",", ":"))
         key = self._key(tenant, user_uuid, session_id)
-        with self._connection.translate_errors("save agent state"):
-            # A plain SET also clears an expiry left by an earlier state_ttl.
-            await self._connection.client.set(key, document, ex=self._connection.state_ttl)
+        client, ttl = self._connection.client, self._connection.state_ttl
+        # A plain SET also clears an expiry left by an earlier state_ttl.
+        await self._connection.call("save agent state", lambda: client.set(key, document, ex=ttl))
 
     async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
         """Remove the saved state; a no-op when nothing exists."""
         key = self._key(tenant, user_uuid, session_id)
-        with self._connection.translate_errors("delete agent state"):
-            await self._connection.client.delete(key)
+        client = self._connection.client
+        await self._connection.call("delete agent state", lambda: client.delete(key))
 
     def _key(self, tenant: str, user_uuid: str | None, session_id: str) -> str:
         layout = self._connection.keys

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, TypeVar
 
 import redis.asyncio
 import redis.exceptions
@@ -13,9 +14,11 @@ import redis.exceptions
 from tether.adapters.redis._changes import ChangeFeed
 from tether.adapters.redis._keys import DEFAULT_PREFIX, KeyLayout
 from tether.adapters.redis._scripts import Scripts
-from tether.adapters.redis._url import DEFAULT_STREAM_TTL, client_defaults, parse_url
+from tether.adapters.redis._url import DEFAULT_STREAM_TTL, client_defaults, parse_url, pool_defaults
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
 from tether.stores import StoreURLError
+
+_T = TypeVar("_T")
 
 # Errors that mean "the server cannot serve us right now", not "we asked wrongly":
 # connection loss, timeouts, a replica that became read-only in a failover.
@@ -43,6 +46,15 @@ class RedisConnection:
     ``StoreUnavailableError`` when the server is away; the pool reconnects by
     itself on the next call once the server is back, and the change feed
     resubscribes in the background.
+
+    Load: ``from_url`` builds a bounded ``BlockingConnectionPool`` (32
+    connections, one of them the change feed's subscription), so a burst of a
+    thousand turns queues for connections instead of failing with "Too many
+    connections"; a call that waits longer than the pool timeout (5 s) for one
+    raises ``StoreUnavailableError``. Every store call runs through :meth:`call`,
+    in a task of its own that the caller's cancellation does not interrupt:
+    redis-py can strand a pooled connection, or swallow the cancellation, when
+    a task is cancelled inside it, and a stranded connection never comes back.
     """
 
     def __init__(
@@ -73,6 +85,7 @@ class RedisConnection:
         self._changes = ChangeFeed(client, self.keys.channel, self.name)
         self._opened = False
         self._closed = False
+        self._abandoned: set[asyncio.Future[Any]] = set()
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -81,11 +94,16 @@ class RedisConnection:
         Tether's query parameters: ``prefix`` (default ``tether:``), ``stream_ttl``
         (seconds, default 21600) and ``state_ttl`` (seconds; 0 or absent: never).
         The rest of the URL goes to redis-py (``socket_timeout``, ``rediss://``,
-        a password, ...). Does not connect yet.
+        a password, ...), including the pool's bounds: ``max_connections``
+        (default 32) and ``timeout`` (seconds a call may wait for a free
+        connection, default 5). Does not connect yet.
         """
         parsed = parse_url(url)
         try:
-            client = redis.asyncio.Redis.from_url(parsed.client_url, **client_defaults())
+            pool = redis.asyncio.BlockingConnectionPool.from_url(
+                parsed.client_url, **pool_defaults(), **client_defaults()
+            )
+            client = redis.asyncio.Redis.from_pool(pool)
         except ValueError as error:
             raise StoreURLError(f"store URL {parsed.name}: {error}") from error
         return cls(
@@ -106,8 +124,7 @@ class RedisConnection:
         """Check the server answers; ``StoreUnavailableError`` naming it if not."""
         if self._opened:
             return
-        with self.translate_errors("connect"):
-            await self._client.ping()
+        await self.call("connect", self._client.ping)
         self._opened = True
 
     async def aclose(self) -> None:
@@ -116,6 +133,10 @@ class RedisConnection:
             return
         self._closed = True
         await self._changes.aclose()
+        if self._abandoned:
+            # Calls whose callers were cancelled finish within the socket
+            # timeouts; let them hand their connections back first.
+            await asyncio.wait(set(self._abandoned), timeout=10.0)
         if self._owns_client:
             await self._client.aclose()
 
@@ -135,6 +156,34 @@ class RedisConnection:
         """Whether a write to ``conversation``'s rows was announced within ``max_wait``."""
         self._check_not_closed("wait for a change")
         return await self._changes.wait(conversation, max_wait)
+
+    async def call(self, action: str, work: Callable[[], Awaitable[_T]]) -> _T:
+        """``await work()`` with driver errors translated (see ``translate_errors``),
+        in a task of its own: cancelling the caller raises ``CancelledError`` in
+        the caller at once, while the command itself runs to its end (bounded by
+        the socket timeouts) and hands its connection back to the pool.
+
+        A cancelled write may therefore still happen, as a write whose reply was
+        lost may; every write is one atomic, epoch-guarded step either way.
+        """
+        self._check_not_closed(action)
+        attempt = asyncio.ensure_future(self._translated(action, work))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            if not attempt.done():
+                self._abandoned.add(attempt)
+                attempt.add_done_callback(self._forget)
+            raise
+
+    async def _translated(self, action: str, work: Callable[[], Awaitable[_T]]) -> _T:
+        with self.translate_errors(action):
+            return await work()
+
+    def _forget(self, attempt: asyncio.Future[Any]) -> None:
+        self._abandoned.discard(attempt)
+        if not attempt.cancelled():
+            attempt.exception()  # retrieved: nobody is left to report it to
 
     @contextmanager
     def translate_errors(self, action: str) -> Iterator[None]:

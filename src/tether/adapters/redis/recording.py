@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
 from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
+    RecordingPut,
 )
 
 # Lua numbers are doubles: beyond 2^53 the fence's comparison would round.
@@ -33,11 +36,37 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         Epochs must lie within +-2^53 (``ValueError`` otherwise), where the
         script compares them exactly.
         """
+        key, args = self._script_call(RecordingPut(tenant, requester_uuid, session_id, event))
+        scripts = self._connection.scripts
+        written, stored = await self._connection.call(
+            "put a recording", lambda: scripts.recording_put(key, args)
+        )
+        if int(written) != 1:
+            raise RecordingFencedError(
+                f"recording is at epoch {int(stored)}; a write at epoch {event.epoch} is fenced"
+            )
+
+    async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
+        """Every put in ONE round trip: a pipeline of the ``put`` script, one call
+        per put, each fenced on its own key and run in order. True per written
+        put, False per fenced one. Not a transaction: the first error (a damaged
+        record) raises for the batch, after the other calls ran."""
+        if not puts:
+            return []
+        calls = [self._script_call(put) for put in puts]
+        scripts = self._connection.scripts
+        replies = await self._connection.call(
+            "put recordings", lambda: scripts.recording_put_many(calls)
+        )
+        return [int(written) == 1 for written, _ in replies]
+
+    def _script_call(self, put: RecordingPut) -> tuple[str, list[str | int]]:
+        event = put.event
         if not -_EXACT_EPOCHS < event.epoch < _EXACT_EPOCHS:
             raise ValueError(f"epoch {event.epoch} is out of the Redis backend's range (2^53)")
         connection = self._connection
         layout = connection.keys
-        conversation = layout.conversation(tenant, requester_uuid, session_id)
+        conversation = layout.conversation(put.tenant, put.requester_uuid, put.session_id)
         args: list[str | int] = [
             str(event.epoch),
             event.message_id,
@@ -46,14 +75,7 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
             layout.channel,
             conversation,
         ]
-        with connection.translate_errors("put a recording"):
-            written, stored = await connection.scripts.recording_put(
-                layout.recording(conversation), args
-            )
-        if int(written) != 1:
-            raise RecordingFencedError(
-                f"recording is at epoch {int(stored)}; a write at epoch {event.epoch} is fenced"
-            )
+        return layout.recording(conversation), args
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -61,8 +83,10 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         """The stored record, or None. One HMGET: the record is never torn."""
         layout = self._connection.keys
         key = layout.recording(layout.conversation(tenant, requester_uuid, session_id))
-        with self._connection.translate_errors("read a recording"):
-            epoch, document = await self._connection.client.hmget(key, ["epoch", "event"])
+        client = self._connection.client
+        epoch, document = await self._connection.call(
+            "read a recording", lambda: client.hmget(key, ["epoch", "event"])
+        )
         if epoch is None and document is None:
             return None
         if epoch is None or document is None:
@@ -75,10 +99,12 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         """Remove the record iff it still belongs to ``message_id``."""
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
-        with self._connection.translate_errors("delete a recording"):
-            await self._connection.scripts.recording_delete(
-                layout.recording(conversation), [message_id, layout.channel, conversation]
-            )
+        key = layout.recording(conversation)
+        scripts = self._connection.scripts
+        await self._connection.call(
+            "delete a recording",
+            lambda: scripts.recording_delete(key, [message_id, layout.channel, conversation]),
+        )
 
     async def wait_for_change(
         self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float

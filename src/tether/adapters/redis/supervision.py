@@ -65,8 +65,10 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     ) -> ChatStreamSupervision | None:
         """The current row, or None. One HMGET: the row is never torn."""
         key = self._key(tenant, requester_uuid, session_id)
-        with self._connection.translate_errors("read a supervision row"):
-            epoch, document = await self._connection.client.hmget(key, ["epoch", "row"])
+        client = self._connection.client
+        epoch, document = await self._connection.call(
+            "read a supervision row", lambda: client.hmget(key, ["epoch", "row"])
+        )
         if epoch is None and document is None:
             return None
         if epoch is None or document is None:
@@ -85,10 +87,11 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
         args: list[str | int] = [message_id, str(epoch), layout.channel, conversation]
-        with self._connection.translate_errors("delete a supervision row"):
-            await self._connection.scripts.supervision_delete(
-                layout.supervision(conversation), args
-            )
+        key = layout.supervision(conversation)
+        scripts = self._connection.scripts
+        await self._connection.call(
+            "delete a supervision row", lambda: scripts.supervision_delete(key, args)
+        )
 
     async def _swap(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
         layout = self._connection.keys
@@ -100,8 +103,10 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
             keys.append(layout.supervision(conversation))
             expected = "" if swap.expected_epoch is None else str(swap.expected_epoch)
             args += [expected, str(row.epoch), row.message_id, row.model_dump_json(), conversation]
-        with self._connection.translate_errors("compare-and-swap a supervision row"):
-            written = await self._connection.scripts.supervision_cas(keys, args)
+        scripts = self._connection.scripts
+        written = await self._connection.call(
+            "compare-and-swap a supervision row", lambda: scripts.supervision_cas(keys, args)
+        )
         return [int(flag) == 1 for flag in written]
 
     def _key(self, tenant: str, requester_uuid: str | None, session_id: str) -> str:

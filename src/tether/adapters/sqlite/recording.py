@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
@@ -15,6 +16,7 @@ from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
+    RecordingPut,
 )
 from tether.domain.store_errors import StoreCorruptedError
 
@@ -27,6 +29,8 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
     and the write; a lower epoch raises ``RecordingFencedError`` and changes
     nothing. A row is replaced whole in one statement, so readers never see a
     torn record. Stream lane: atomic, not fsynced (rewritten every half second).
+    ``put_many`` makes a whole batch of puts in one such transaction, each
+    still fenced on its own row.
 
     No push channel: ``wait_for_change`` keeps the default, and followers on
     other processes poll, which costs one indexed read per poll.
@@ -36,24 +40,21 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
     ) -> None:
         """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
-        row = RowKey(tenant, requester_uuid, session_id)
-        values: dict[str, object] = {
-            **row.params(),
-            "epoch": event.epoch,
-            "message_id": _codec.key(event.message_id),
-            "stream_index": event.index,
-            "message": _codec.dump_model(event.message),
-        }
+        batch = [RecordingPut(tenant, requester_uuid, session_id, event)]
+        (stored,) = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
+        if stored is not None:
+            raise RecordingFencedError(
+                f"recording is at epoch {stored}; a write at epoch {event.epoch} is fenced"
+            )
 
-        def fenced_put(connection: sqlite3.Connection) -> None:
-            found = connection.execute(queries.RECORDING_EPOCH, row.params()).fetchone()
-            if found is not None and event.epoch < found[0]:
-                raise RecordingFencedError(
-                    f"recording is at epoch {found[0]}; a write at epoch {event.epoch} is fenced"
-                )
-            connection.execute(queries.RECORDING_PUT, values)
-
-        await self._database.write(Lane.STREAM, fenced_put)
+    async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
+        """Every put in one transaction (one lock, one commit), each fenced on its
+        own row; True per written put, False per fenced one, in order."""
+        if not puts:
+            return []
+        batch = list(puts)
+        fenced = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
+        return [stored is None for stored in fenced]
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -74,6 +75,37 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
         await self._database.write(
             Lane.STREAM, lambda c: c.execute(queries.RECORDING_DELETE, values)
         )
+
+
+_Put = tuple[dict[str, bytes], dict[str, object], int]
+"""A put's row key parameters, its values, and its epoch."""
+
+
+def _values(put: RecordingPut) -> _Put:
+    event = put.event
+    key = RowKey(put.tenant, put.requester_uuid, put.session_id).params()
+    values: dict[str, object] = {
+        **key,
+        "epoch": event.epoch,
+        "message_id": _codec.key(event.message_id),
+        "stream_index": event.index,
+        "message": _codec.dump_model(event.message),
+    }
+    return key, values, event.epoch
+
+
+def _put_all(connection: sqlite3.Connection, batch: list[RecordingPut]) -> list[int | None]:
+    """Each put unless fenced; per put, None when written or the stored (higher)
+    epoch that fenced it. Serializes in the lane's thread, off the event loop."""
+    fenced: list[int | None] = []
+    for key, values, epoch in map(_values, batch):
+        found = connection.execute(queries.RECORDING_EPOCH, key).fetchone()
+        if found is not None and epoch < found[0]:
+            fenced.append(found[0])
+            continue
+        connection.execute(queries.RECORDING_PUT, values)
+        fenced.append(None)
+    return fenced
 
 
 def _read(connection: sqlite3.Connection, row: RowKey) -> RecordedStreamEvent | None:

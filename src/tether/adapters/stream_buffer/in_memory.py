@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
+    RecordingPut,
 )
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
@@ -77,27 +80,41 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
 class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
     """``ChatStreamRecordingStore`` in this process's memory.
 
-    The epoch fence and the write happen under one ``asyncio.Lock``; records are
-    copied in and out.
+    The epoch fence and the write happen under one ``asyncio.Lock``. Records are
+    kept as JSON, so nothing is shared with a caller, and because serializing
+    costs a quarter of a deep copy: a replica's batch of a thousand puts holds
+    the event loop for milliseconds, not tens of them.
     """
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
-        self._records: dict[_Key, RecordedStreamEvent] = {}
+        self._records: dict[_Key, _Record] = {}
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
     ) -> None:
         """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
-        key = _key(tenant, requester_uuid, session_id)
+        (written,) = await self.put_many([RecordingPut(tenant, requester_uuid, session_id, event)])
+        if not written:
+            stored = self._records[_key(tenant, requester_uuid, session_id)].epoch
+            raise RecordingFencedError(
+                f"recording is at epoch {stored}; a write at epoch {event.epoch} is fenced"
+            )
+
+    async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
+        """Every put, in order, under one acquisition of the lock."""
+        results: list[bool] = []
         async with self._lock:
-            current = self._records.get(key)
-            if current is not None and event.epoch < current.epoch:
-                raise RecordingFencedError(
-                    f"recording is at epoch {current.epoch}; "
-                    f"a write at epoch {event.epoch} is fenced"
-                )
-            self._records[key] = event.model_copy(deep=True)
+            for put in puts:
+                key = _key(put.tenant, put.requester_uuid, put.session_id)
+                current = self._records.get(key)
+                if current is not None and put.event.epoch < current.epoch:
+                    results.append(False)
+                    continue
+                event = put.event
+                self._records[key] = _Record(event.epoch, event.message_id, event.model_dump_json())
+                results.append(True)
+        return results
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -105,7 +122,9 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         """A copy of the stored record, or None."""
         async with self._lock:
             current = self._records.get(_key(tenant, requester_uuid, session_id))
-            return None if current is None else current.model_copy(deep=True)
+            return (
+                None if current is None else RecordedStreamEvent.model_validate_json(current.event)
+            )
 
     async def delete(
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
@@ -116,3 +135,10 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
             current = self._records.get(key)
             if current is not None and current.message_id == message_id:
                 del self._records[key]
+
+
+@dataclass(frozen=True)
+class _Record:
+    epoch: int
+    message_id: str
+    event: str

@@ -37,6 +37,7 @@ from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
+    RecordingPut,
 )
 from tether.testing.contracts._support import TRICKY_IDS, unique
 
@@ -231,3 +232,53 @@ class ChatStreamRecordingStoreContract:
         stored = await store.read(tenant, "user", "session")
         assert stored is not None and stored.epoch == 8
         assert stored in [event for event in events if event.epoch == 8]
+
+    async def test_put_many_writes_every_put_and_says_so(
+        self, store: ChatStreamRecordingStore, tenant: str
+    ) -> None:
+        puts = [RecordingPut(tenant, "user", f"s{i}", _event(1, i, f"m-{i}")) for i in range(5)]
+        assert await store.put_many(puts) == [True] * 5
+        for i in range(5):
+            assert await store.read(tenant, "user", f"s{i}") == _event(1, i, f"m-{i}")
+
+    async def test_put_many_of_nothing_is_nothing(
+        self, store: ChatStreamRecordingStore, tenant: str
+    ) -> None:
+        assert await store.put_many([]) == []
+
+    async def test_a_fenced_put_in_a_batch_fails_alone_and_changes_nothing(
+        self, store: ChatStreamRecordingStore, tenant: str
+    ) -> None:
+        await store.put(tenant, "user", "taken-over", _event(3, 7, "successor"))
+        await store.put(tenant, "user", "running", _event(2, 1, "m-running"))
+        puts = [
+            RecordingPut(tenant, "user", "running", _event(2, 2, "m-running")),
+            RecordingPut(tenant, "user", "taken-over", _event(2, 9, "fenced")),
+            RecordingPut(tenant, "user", "new", _event(1, 0, "m-new")),
+        ]
+        assert await store.put_many(puts) == [True, False, True]
+        assert await store.read(tenant, "user", "taken-over") == _event(3, 7, "successor")
+        assert await store.read(tenant, "user", "running") == _event(2, 2, "m-running")
+        assert await store.read(tenant, "user", "new") == _event(1, 0, "m-new")
+
+    async def test_puts_of_one_conversation_in_a_batch_apply_in_order(
+        self, store: ChatStreamRecordingStore, tenant: str
+    ) -> None:
+        puts = [
+            RecordingPut(tenant, "user", "session", _event(2, 1, "m-2")),
+            RecordingPut(tenant, "user", "session", _event(1, 5, "m-1")),  # below the first
+            RecordingPut(tenant, "user", "session", _event(2, 3, "m-2")),
+        ]
+        assert await store.put_many(puts) == [True, False, True]
+        assert await store.read(tenant, "user", "session") == _event(2, 3, "m-2")
+
+    async def test_put_many_keeps_tricky_ids_apart(
+        self, store: ChatStreamRecordingStore, tenant: str
+    ) -> None:
+        puts = [
+            RecordingPut(tenant, tricky, tricky, _event(1, number, "m"))
+            for number, tricky in enumerate(self.tricky_ids)
+        ]
+        assert await store.put_many(puts) == [True] * len(puts)
+        for number, tricky in enumerate(self.tricky_ids):
+            assert await store.read(tenant, tricky, tricky) == _event(1, number, "m")
