@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tether.adapters.stream_buffer import (
     InMemoryChatStreamSupervisionStore,
     LocalFileChatStreamRecordingStore,
     LocalFileChatStreamSupervisionStore,
+    local_file_supervision,
 )
 from tether.domain.chat_agent_state_store import ChatAgentStateStore, construct_agent_state_key
 from tether.domain.chat_conversation_store import ChatConversationStore
@@ -31,6 +33,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError
 from tether.testing.contracts import (
@@ -360,6 +363,32 @@ async def test_every_operation_is_one_thread_call(
     for number, operation in enumerate(operations, start=1):
         await operation()
         assert len(calls) == number, f"operation {number} made calls {calls}"
+
+
+async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A thousand heartbeats a second must not queue behind the fsynced writes
+    # sharing the loop's default executor: one call, on a thread of the store's.
+    stores = _FileStores(tmp_path)
+    hops: list[str] = []
+    threads: set[str] = set()
+    real_to_thread, real_swap = asyncio.to_thread, local_file_supervision._compare_and_swap
+
+    async def counting(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(getattr(func, "__name__", repr(func)))
+        return await real_to_thread(func, *args, **kwargs)
+
+    def noting_thread(*args: Any) -> bool:
+        threads.add(threading.current_thread().name)
+        return real_swap(*args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    monkeypatch.setattr(local_file_supervision, "_compare_and_swap", noting_thread)
+    swaps = [SupervisionSwap("t", "u", f"s{i}", None, _ROW) for i in range(50)]
+    assert await stores.supervision.compare_and_swap_many(swaps) == [True] * 50
+    assert hops == []
+    assert len(threads) == 1 and next(iter(threads)).startswith("tether-file-heartbeats")
 
 
 async def test_listing_ignores_lock_and_temp_files(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,8 +122,21 @@ async def run_in_thread(func: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.
     OSErrors (permissions, a full disk) leave as ``StoreError`` with the original
     as ``__cause__``, so callers only ever see the store error types.
     """
-    try:
+    with _os_errors_as_store_errors():
         return await asyncio.to_thread(func, *args, **kwargs)
+
+
+async def run_in_executor(executor: Executor, step: Callable[[], _T]) -> _T:
+    """``run_in_thread`` on a given executor: a store's own thread, for work that
+    must not queue behind everything else in the loop's default one."""
+    with _os_errors_as_store_errors():
+        return await asyncio.get_running_loop().run_in_executor(executor, step)
+
+
+@contextmanager
+def _os_errors_as_store_errors() -> Iterator[None]:
+    try:
+        yield
     except OSError as exc:
         raise StoreError(f"file store I/O failed: {exc}") from exc
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from tether.adapters._files import (
     RowFiles,
@@ -10,6 +13,7 @@ from tether.adapters._files import (
     read_model,
     remove_file,
     row_files,
+    run_in_executor,
     run_in_thread,
     store_root,
     write_json,
@@ -17,6 +21,7 @@ from tether.adapters._files import (
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    SupervisionSwap,
 )
 
 
@@ -30,10 +35,17 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     any number of processes sharing the directory see one winner per epoch.
     Writes are atomic (replace) but not fsynced: the row is rewritten every
     second, and on one node an OS crash takes every producer down with it.
+
+    ``compare_and_swap_many`` (a replica's heartbeats) runs the whole batch in
+    one call on a thread of this store's own, each swap under its own row lock:
+    a thousand thread hops per second would queue behind every other file
+    write of the process (checkpoints and transcripts wait for fsync) in the
+    default executor, and a late heartbeat reads as a dead producer.
     """
 
     def __init__(self, base_path: str | os.PathLike[str]) -> None:
         self._base = store_root(base_path)
+        self._heartbeats: ThreadPoolExecutor | None = None
 
     async def compare_and_swap(
         self,
@@ -47,6 +59,23 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         files = self._files(tenant, requester_uuid, session_id)
         document = supervision.model_dump(mode="json")
         return await run_in_thread(_compare_and_swap, files, expected_epoch, document)
+
+    async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
+        """Each swap guarded on its own row, in order, in one thread call."""
+        if not swaps:
+            return []
+        batch = [
+            (
+                self._files(s.tenant, s.requester_uuid, s.session_id),
+                s.expected_epoch,
+                s.supervision.model_dump(mode="json"),
+            )
+            for s in swaps
+        ]
+        if self._heartbeats is None:
+            # Created on first use: a store that never batches starts no thread.
+            self._heartbeats = ThreadPoolExecutor(1, thread_name_prefix="tether-file-heartbeats")
+        return await run_in_executor(self._heartbeats, functools.partial(_swap_all, batch))
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -78,6 +107,10 @@ def _compare_and_swap(files: RowFiles, expected_epoch: int | None, document: obj
             return False
         write_json(files.data, document, durable=False)
         return True
+
+
+def _swap_all(batch: Sequence[tuple[RowFiles, int | None, object]]) -> list[bool]:
+    return [_compare_and_swap(files, expected, document) for files, expected, document in batch]
 
 
 def _delete(files: RowFiles, message_id: str, epoch: int) -> None:

@@ -27,6 +27,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    SupervisionSwap,
 )
 from tether.testing.contracts._support import TRICKY_IDS, unique
 
@@ -187,6 +188,41 @@ class ChatStreamSupervisionStoreContract:
         assert await store.read(tenant, "alice", "session") is None
         assert await store.read(tenant, "bob", "session") == _row(2, "m-2")
         assert await store.read(other_tenant, "alice", "session") == _row(3, "m-3")
+
+    async def test_a_batch_guards_each_swap_on_its_own_row(
+        self, store: ChatStreamSupervisionStore, tenant: str
+    ) -> None:
+        # A replica's heartbeat batch: every turn renews at its own epoch, and a
+        # turn taken over meanwhile is refused without touching the others.
+        await store.compare_and_swap(tenant, "user", "alive", None, _row(1, "m-alive"))
+        await store.compare_and_swap(tenant, "user", "taken", None, _row(3, "successor"))
+        swaps = [
+            SupervisionSwap(tenant, "user", "alive", 1, _row(1, "m-alive", seconds=1)),
+            SupervisionSwap(tenant, "user", "taken", 2, _row(2, "m-taken", seconds=1)),
+            SupervisionSwap(tenant, "user", "fresh", None, _row(1, "m-fresh", seconds=1)),
+            SupervisionSwap(tenant, "user", "vanished", 4, _row(4, "m-gone", seconds=1)),
+        ]
+        assert await store.compare_and_swap_many(swaps) == [True, False, True, False]
+        assert await store.read(tenant, "user", "alive") == _row(1, "m-alive", seconds=1)
+        assert await store.read(tenant, "user", "taken") == _row(3, "successor")
+        assert await store.read(tenant, "user", "fresh") == _row(1, "m-fresh", seconds=1)
+        assert await store.read(tenant, "user", "vanished") is None
+
+    async def test_an_empty_batch_is_nothing(
+        self, store: ChatStreamSupervisionStore, tenant: str
+    ) -> None:
+        assert await store.compare_and_swap_many([]) == []
+
+    async def test_a_batch_keeps_tricky_ids_apart(
+        self, store: ChatStreamSupervisionStore, tenant: str
+    ) -> None:
+        swaps = [
+            SupervisionSwap(tenant, tricky, tricky, None, _row(number, "m"))
+            for number, tricky in enumerate(self.tricky_ids)
+        ]
+        assert await store.compare_and_swap_many(swaps) == [True] * len(swaps)
+        for number, tricky in enumerate(self.tricky_ids):
+            assert await store.read(tenant, tricky, tricky) == _row(number, "m")
 
     async def test_tricky_ids_are_stored_and_read_back_separately(
         self, store: ChatStreamSupervisionStore, tenant: str
