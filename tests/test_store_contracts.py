@@ -391,6 +391,25 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
     assert len(threads) == 1 and next(iter(threads)).startswith("tether-file-heartbeats")
 
 
+async def test_closing_waits_for_a_heartbeat_batch_whose_caller_was_cancelled(
+    tmp_path: Path,
+) -> None:
+    # A shutdown cancels the batcher mid-batch; the thread goes on writing. Once
+    # the store is closed, nothing more may land (a bench or a test removing the
+    # directory, a drain that already marked its rows dead).
+    stores = _FileStores(tmp_path)
+    swaps = [SupervisionSwap("t", "u", f"s{i}", None, _ROW) for i in range(300)]
+    batch = asyncio.ensure_future(stores.supervision.compare_and_swap_many(swaps))
+    await asyncio.sleep(0.005)  # the batch is on its thread now
+    batch.cancel()
+    await stores.supervision.aclose()
+    root = tmp_path / "stream-supervision"
+    rows = sorted(root.rglob("*.json"))
+    await asyncio.sleep(0.2)
+    assert sorted(root.rglob("*.json")) == rows
+    assert len(rows) == 300  # the batch ran to its end: cancelling a caller undoes nothing
+
+
 async def test_listing_ignores_lock_and_temp_files(tmp_path: Path) -> None:
     stores = _FileStores(tmp_path)
     await stores.conversations.append_messages("t", "u", "s", "agent", [_USER])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Sequence
@@ -76,6 +77,16 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
             # Created on first use: a store that never batches starts no thread.
             self._heartbeats = ThreadPoolExecutor(1, thread_name_prefix="tether-file-heartbeats")
         return await run_in_executor(self._heartbeats, functools.partial(_swap_all, batch))
+
+    async def aclose(self) -> None:
+        """Wait for a heartbeat batch still on the store's thread, then stop it.
+
+        A batch whose caller was cancelled (a shutdown) goes on writing in its
+        thread; closing waits for it, so nothing lands after the store is closed.
+        """
+        executor, self._heartbeats = self._heartbeats, None
+        if executor is not None:
+            await asyncio.to_thread(executor.shutdown, wait=True)
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
