@@ -24,8 +24,7 @@ import pytest
 from tests.support.browser import DESKTOP, PHONE, wait_for
 from tests.support.metrics import moved, scrape
 from tests.support.project import make_project
-from tests.support.replicas import Replicas
-from tests.support.servers import ServerProcess
+from tests.support.replicas import Replicas, two_replicas
 
 pytestmark = [pytest.mark.browser, pytest.mark.processes]
 
@@ -51,12 +50,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     )
     store = f"sqlite:///{root}/tether.db"
     env = {"TETHER_TEST_TOOL_LOG": str(root / "tools.log")}
-    one = ServerProcess(project, store_url=store, env=env, log_path=root / "one.log")
-    two = ServerProcess(project, store_url=store, env=env, log_path=root / "two.log")
-    replicas = Replicas(one.start(), two.start(), root / "tools.log")
-    yield replicas
-    one.stop()
-    two.stop()
+    with two_replicas(project, root, store, env=env) as replicas:
+        yield replicas
 
 
 @pytest.fixture

@@ -14,8 +14,7 @@ import pytest
 from tests.support.browser import wait_for
 from tests.support.metrics import moved, scrape
 from tests.support.project import make_project
-from tests.support.replicas import Replicas
-from tests.support.servers import ServerProcess
+from tests.support.replicas import Replicas, two_replicas
 
 pytestmark = pytest.mark.processes
 
@@ -28,12 +27,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     # 60 chunks at 30/s: a 2 s answer with a calculator call after 5 chunks.
     project = make_project(root / "project", chunks_per_second=30, answer_chunks=60)
     store = f"sqlite:///{root}/tether.db"
-    one = ServerProcess(project, store_url=store, log_path=root / "one.log")
-    two = ServerProcess(project, store_url=store, log_path=root / "two.log")
-    replicas = Replicas(one.start(), two.start(), root / "tools.log")
-    yield replicas
-    one.stop()
-    two.stop()
+    with two_replicas(project, root, store) as replicas:
+        yield replicas
 
 
 @pytest.fixture

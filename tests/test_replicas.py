@@ -29,8 +29,8 @@ from tests.support.replicas import (
     has_completed_tool,
     read_in_background,
     started,
+    two_replicas,
 )
-from tests.support.servers import ServerProcess
 from tests.support.services import postgres_database, redis_prefix
 from tether.stores import StoreBundle, compose
 
@@ -100,16 +100,8 @@ def cluster(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "TETHER_DRAIN_GRACE": "0.5",
     }
     args = backend.serve_args()
-    one = ServerProcess(
-        project, store_url=backend.store_url, env=env, log_path=root / "one.log", extra_args=args
-    )
-    two = ServerProcess(
-        project, store_url=backend.store_url, env=env, log_path=root / "two.log", extra_args=args
-    )
-    replicas = Replicas(one.start(), two.start(), root / "tools.log")
-    yield replicas
-    one.stop()
-    two.stop()
+    with two_replicas(project, root, backend.store_url, env=env, extra_args=args) as replicas:
+        yield replicas
 
 
 @pytest.fixture

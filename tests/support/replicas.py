@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,30 @@ class Replicas:
         for replica in (self.one, self.two):
             if replica.process is None or replica.process.poll() is not None:
                 replica.start()
+
+
+@contextlib.contextmanager
+def two_replicas(
+    project: Path,
+    root: Path,
+    store_url: str,
+    *,
+    env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
+) -> Iterator[Replicas]:
+    """Two replicas of ``project`` on one store set, logging to ``root``; both are
+    stopped on exit (the first too when the second fails to start)."""
+    one = ServerProcess(
+        project, store_url=store_url, env=env, log_path=root / "one.log", extra_args=extra_args
+    )
+    two = ServerProcess(
+        project, store_url=store_url, env=env, log_path=root / "two.log", extra_args=extra_args
+    )
+    try:
+        yield Replicas(one.start(), two.start(), root / "tools.log")
+    finally:
+        one.stop()
+        two.stop()
 
 
 @dataclass
