@@ -174,7 +174,14 @@ async def _reference(
         json=_body(content, session, agent),
     )
     assert read.status_code == 201
-    return _bot_answers(await _transcript(client, replicas.two.url, session))
+    # A crash-free reference must end by a clean live close (done). If it does
+    # not, say how it ended: a rare CI failure here once left no answer and no
+    # server log line, and the verdict is what tells a fence from an error.
+    ended = read.terminal("stream_status") or read.terminal("error")
+    assert ended is None, f"the reference turn ended {ended}; last events {read.events[-2:]}"
+    answers = _bot_answers(await _transcript(client, replicas.two.url, session))
+    assert answers, f"the reference turn streamed {len(read.messages)} messages but left no answer"
+    return answers
 
 
 async def _start(
