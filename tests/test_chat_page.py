@@ -382,6 +382,12 @@ def test_a_busy_conversation_attaches_instead_of_failing(
     # busy with a turn another device started.
     session = f"busy-{uuid.uuid4().hex[:8]}"
     tab = ChatPage.open(context, f"{replicas.one.url}/#/c/{session}", screenshot_dir, "busy")
+    # Only once the page has looked the conversation up and found nothing: had
+    # the other device's turn created it first, the page would (rightly) poll,
+    # find the turn and attach by itself, and Send would meet no 409 to handle.
+    tab.page.wait_for_function(
+        "() => document.getElementById('title').textContent === 'New conversation'"
+    )
     elsewhere = threading.Thread(
         target=httpx2.post,
         args=(f"{replicas.two.url}/chat/stream?tenant={TENANT}",),
