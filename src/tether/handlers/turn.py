@@ -440,12 +440,11 @@ class Turn:
         put = self._pending_put()
         if put is None:
             return
+        # Every recorded turn has the replica's flusher (``_start_workers``).
+        assert self._flusher is not None, "a recorded turn needs the recording flusher"
         try:
             with self._metrics.timed("recording", store, "put"):
-                if self._flusher is not None:
-                    await self._flusher.flush_now(self, put)
-                else:
-                    await store.put(put.tenant, put.requester_uuid, put.session_id, put.event)
+                await self._flusher.flush_now(self, put)
         except (RecordingFencedOut, RecordingFencedError):
             if self.lease is not None:
                 self.lease.lost = True

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 
 def row_key(*ids: str) -> bytes:
@@ -79,3 +79,18 @@ def conversation_rounds(items: Sequence[_Item]) -> list[list[tuple[int, _Item, b
             rounds.append([])
         rounds[occurrence].append((position, item, key))
     return rounds
+
+
+async def written_per_item(
+    items: Sequence[_Item],
+    write_round: Callable[[list[tuple[int, _Item, bytes]]], Awaitable[Sequence[Mapping[str, Any]]]],
+) -> list[bool]:
+    """Run a batch round by round (see ``conversation_rounds``): ``write_round``
+    sends one statement for a round and returns its rows, one per item in
+    order, each with a ``written`` column. True per item written, in batch order."""
+    results = [False] * len(items)
+    for this_round in conversation_rounds(items):
+        rows = await write_round(this_round)
+        for (position, _, _), row in zip(this_round, rows, strict=True):
+            results[position] = bool(row["written"])
+    return results

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
-from tether.adapters.postgres._keys import check_ids, conversation_rounds, session_key
+from tether.adapters.postgres._keys import check_ids, session_key, written_per_item
 from tether.adapters.postgres._store import PostgresStore
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
@@ -71,14 +71,11 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
         applied in order: the batch is cut into rounds where no conversation
         repeats, one statement each (a flush of distinct turns is one round trip).
         """
-        results: list[bool] = [False] * len(puts)
-        for this_round in conversation_rounds(puts):
-            rows = await self._database.fetch_all(
-                queries.PUT_RECORDING_MANY, _batch_params(this_round)
-            )
-            for (position, _, _), row in zip(this_round, rows, strict=True):
-                results[position] = bool(row["written"])
-        return results
+
+        async def write_round(batch: list[tuple[int, Any, bytes]]) -> list[Any]:
+            return await self._database.fetch_all(queries.PUT_RECORDING_MANY, _batch_params(batch))
+
+        return await written_per_item(puts, write_round)
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str

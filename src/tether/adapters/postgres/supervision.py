@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
-from tether.adapters.postgres._keys import check_ids, conversation_rounds, session_key
+from tether.adapters.postgres._keys import check_ids, session_key, written_per_item
 from tether.adapters.postgres._store import PostgresStore
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
@@ -60,14 +60,13 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         rounds where no conversation repeats, one statement each (so a batch of
         distinct conversations, the heartbeat case, is one round trip).
         """
-        results: list[bool] = [False] * len(swaps)
-        for this_round in conversation_rounds(swaps):
-            rows = await self._database.fetch_all(
-                queries.SWAP_SUPERVISION_MANY, _batch_params(this_round)
+
+        async def write_round(batch: list[tuple[int, Any, bytes]]) -> list[Any]:
+            return await self._database.fetch_all(
+                queries.SWAP_SUPERVISION_MANY, _batch_params(batch)
             )
-            for (position, _, _), row in zip(this_round, rows, strict=True):
-                results[position] = bool(row["written"])
-        return results
+
+        return await written_per_item(swaps, write_round)
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
