@@ -21,7 +21,6 @@ from bench._stats import summary
 from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
 from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
 from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
-from tether.adapters.stream_buffer.live_buffer import StreamEvent
 from tether.cli.load_chat_agent_factory import from_string
 from tether.cli.server_app import example_project_dir
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -29,6 +28,7 @@ from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.turn_stores import TurnStores
+from tether.runtime.live_buffer import StreamEvent
 from tether.settings import TetherSettings
 
 

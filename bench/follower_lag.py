@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from bench._backends import backend_url, close_all, open_bundle
 from bench._stats import summary
-from tether.adapters.stream_buffer.follower import RecordingFollower, has_push
-from tether.adapters.stream_buffer.lease import ConversationKey
-from tether.adapters.stream_buffer.live_buffer import StreamEvent
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.runtime.follower import RecordingFollower, has_push
+from tether.runtime.lease import ConversationKey
+from tether.runtime.live_buffer import StreamEvent
 from tether.settings import TetherSettings
 
 

@@ -10,12 +10,12 @@ from tether.adapters.stream_buffer import (
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )
-from tether.adapters.stream_buffer.follower import RecordingFollower, interpolate
-from tether.adapters.stream_buffer.lease import ConversationKey
-from tether.adapters.stream_buffer.live_buffer import StreamEnd, StreamEvent
 from tether.domain.chat_message import ChatMessage, ChatMessageSender, ContentPart, ContentPartType
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.runtime.follower import RecordingFollower, interpolate
+from tether.runtime.lease import ConversationKey
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 
 def _bot(text: str) -> ChatMessage:

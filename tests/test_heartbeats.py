@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
-from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
-from tether.adapters.stream_buffer.lease import ConversationKey, claim
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     SupervisionSwap,
 )
+from tether.runtime.heartbeats import HeartbeatBatcher
+from tether.runtime.lease import ConversationKey, claim
 
 
 class CountingStore(InMemoryChatStreamSupervisionStore):

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pytest
 
 from tether.adapters.stream_buffer import InMemoryChatStreamRecordingStore
-from tether.adapters.stream_buffer.recording_flusher import RecordingFencedOut, RecordingFlusher
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.domain.store_errors import StoreCorruptedError, StoreUnavailableError
+from tether.runtime.recording_flusher import RecordingFencedOut, RecordingFlusher
 
 
 class CountingStore(InMemoryChatStreamRecordingStore):

@@ -17,7 +17,6 @@ from tether.adapters.stream_buffer import (
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )
-from tether.adapters.stream_buffer.live_buffer import StreamEnd
 from tether.cli.load_chat_agent_factory import from_string
 from tether.cli.server_app import example_project_dir
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -26,6 +25,7 @@ from tether.domain.chat_stream_recording_store import RecordedStreamEvent, Recor
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.turn_stores import TurnStores
+from tether.runtime.live_buffer import StreamEnd
 from tether.settings import TetherSettings
 
 

@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from tether.adapters.stream_buffer.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 __all__ = ["CONTENT_TYPE", "TetherMetrics", "backend_name"]
 

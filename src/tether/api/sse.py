@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from sse_starlette import ServerSentEvent
 
-from tether.adapters.stream_buffer.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 
 def parse_last_event_id(value: str | None, message_id: str) -> int | None:

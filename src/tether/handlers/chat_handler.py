@@ -16,16 +16,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tether.adapters.stream_buffer.follower import RecordingFollower, has_push
-from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
-from tether.adapters.stream_buffer.lease import (
-    ClaimRefusedError,
-    ConversationKey,
-    Lease,
-    claim,
-)
-from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
-from tether.adapters.stream_buffer.recording_flusher import RecordingFlusher
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
@@ -48,6 +38,16 @@ from tether.handlers.errors import (
 from tether.handlers.turn import Turn
 from tether.handlers.turn_stores import TurnStores
 from tether.metrics import TetherMetrics, backend_name
+from tether.runtime.follower import RecordingFollower, has_push
+from tether.runtime.heartbeats import HeartbeatBatcher
+from tether.runtime.lease import (
+    ClaimRefusedError,
+    ConversationKey,
+    Lease,
+    claim,
+)
+from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
+from tether.runtime.recording_flusher import RecordingFlusher
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)

@@ -18,11 +18,6 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
-from tether.adapters.stream_buffer.follower import is_regression
-from tether.adapters.stream_buffer.heartbeats import HeartbeatBatcher
-from tether.adapters.stream_buffer.lease import Lease, LeaseLostError
-from tether.adapters.stream_buffer.live_buffer import ChatStreamBuffer, StreamEnd
-from tether.adapters.stream_buffer.recording_flusher import RecordingFencedOut, RecordingFlusher
 from tether.domain.agent_dependency import ResumableAgentDependency
 from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
 from tether.domain.agent_setup import AgentSetup
@@ -41,6 +36,11 @@ from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
 from tether.handlers.turn_stores import TurnStores
 from tether.metrics import TetherMetrics
+from tether.runtime.follower import is_regression
+from tether.runtime.heartbeats import HeartbeatBatcher
+from tether.runtime.lease import Lease, LeaseLostError
+from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd
+from tether.runtime.recording_flusher import RecordingFencedOut, RecordingFlusher
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)

@@ -15,13 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from tether.adapters.stream_buffer.lease import Lease
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
+from tether.runtime.lease import Lease
 
 logger = logging.getLogger(__name__)
 

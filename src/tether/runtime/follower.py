@@ -12,8 +12,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 
-from tether.adapters.stream_buffer.lease import ConversationKey
-from tether.adapters.stream_buffer.live_buffer import StreamEnd, StreamEvent
 from tether.domain.chat_message import ChatMessage, ContentPart, ContentPartType
 from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import (
@@ -21,6 +19,8 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
 )
+from tether.runtime.lease import ConversationKey
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 Clock = Callable[[], datetime]
 
