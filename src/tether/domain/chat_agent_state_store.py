@@ -29,8 +29,16 @@ class ChatAgentStateStore(ABC):
     completed tool call, and once when the turn finishes. Each call replaces
     the whole blob, so a plain overwrite is correct; it must be atomic (a
     reader sees the old blob or the new one, never a mix) and durable once it
-    returns. Guarding against a fenced producer is the runtime's job: it
-    re-checks its lease before every save.
+    returns.
+
+    Fencing: the runtime saves with ``save_fenced``, which names the turn's
+    lease epoch; the store refuses it, in the same atomic step as the write,
+    when a save or ``fence`` at a higher epoch was accepted for the
+    conversation. The shipped backends keep that epoch when ``delete`` removes
+    the blob. A seed-only adapter (``load``, ``save``, ``delete``) still works:
+    ``save_fenced`` then reads the epoch the runtime stored inside the blob and
+    saves if it is not higher, a check made before the write, so a producer
+    paused between the two can still overwrite its successor's checkpoint.
     """
 
     @abstractmethod
@@ -46,3 +54,30 @@ class ChatAgentStateStore(ABC):
     @abstractmethod
     async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
         """Remove the saved state; a no-op when nothing exists."""
+
+    async def save_fenced(
+        self,
+        tenant: str,
+        user_uuid: str | None,
+        session_id: str,
+        state: DependencyState,
+        epoch: int,
+    ) -> bool:
+        """Replace the saved state with ``state`` unless the conversation's fence
+        is above ``epoch``, atomically with that check; return whether it saved.
+        An accepted save raises the fence to ``epoch``.
+
+        Optional: the default checks the epoch in the stored blob's
+        ``TURN_STATE_KEY`` and then calls ``save`` (not atomic).
+        """
+        stored = await self.load(tenant, user_uuid, session_id)
+        if int(stored.get(TURN_STATE_KEY, {}).get("epoch", 0)) > epoch:
+            return False
+        await self.save(tenant, user_uuid, session_id, state)
+        return True
+
+    async def fence(self, tenant: str, user_uuid: str | None, session_id: str, epoch: int) -> None:
+        """Refuse every later ``save_fenced`` below ``epoch`` for the
+        conversation; the saved state itself is unchanged. Optional: the
+        default does nothing."""
+        return None  # a seed-only adapter has nothing to fence with

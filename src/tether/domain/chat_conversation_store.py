@@ -57,6 +57,17 @@ class ChatConversationStore(ABC):
     ``list_conversations``, ``set_shared`` and ``delete_conversation`` are
     optional: an adapter that leaves them out still serves chat turns, and the
     routes that need them answer 501.
+
+    Fencing: the runtime writes a turn's messages with ``append_fenced``, which
+    names the turn's lease epoch and is idempotent by ``message_id``; the store
+    refuses it, in the same atomic step as the write, when the conversation's
+    fence is above that epoch. So a producer fenced by a cancel or a takeover
+    cannot add its answer after the fact, and a resumed turn or a cancel racing
+    the producer's own seal leaves exactly one bot message. A seed-only adapter
+    still works: the default ``append_fenced`` reads the transcript and appends
+    what is missing (not atomic), and the runtime renews its lease just before
+    (a check made before the write, so a producer paused between the two can
+    still append).
     """
 
     @abstractmethod
@@ -97,6 +108,64 @@ class ChatConversationStore(ABC):
         self, tenant: str, requester_uuid: str | None, session_id: str
     ) -> list[ChatMessage]:
         """The messages in order; ``[]`` when no conversation exists."""
+
+    async def append_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        *,
+        epoch: int,
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> bool:
+        """``append_messages``, fenced by ``epoch`` and idempotent by ``message_id``.
+
+        Atomically: when the conversation's fence is above ``epoch``, change
+        nothing and return False. Otherwise raise the fence to ``epoch``, append
+        the messages whose ``message_id`` is not in the transcript yet (a
+        message without one is always appended), set ``last_turn_status`` when
+        given (also when every message was there already), and return True.
+        Ownership and ``create_if_absent`` work as in ``append_messages``; a
+        missing conversation that is not created returns True.
+
+        Optional: the default reads the transcript and appends what is missing
+        (not atomic, and without the epoch fence).
+        """
+        transcript = await self.get_transcript(tenant, requester_uuid, session_id)
+        present = {m.message_id for m in transcript if m.message_id}
+        missing = [m for m in messages if not m.message_id or m.message_id not in present]
+        if missing:
+            await self.append_messages(
+                tenant,
+                requester_uuid,
+                session_id,
+                agent_identifier,
+                missing,
+                user_roles=user_roles,
+                user_tenants=user_tenants,
+                bot_params=bot_params,
+                last_turn_status=last_turn_status,
+                create_if_absent=create_if_absent,
+                conversation_context=conversation_context,
+            )
+        elif last_turn_status is not None:
+            await self.set_last_turn_status(tenant, requester_uuid, session_id, last_turn_status)
+        return True
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later ``append_fenced`` below ``epoch`` for the
+        conversation; a no-op when no conversation exists. Optional: the
+        default does nothing."""
+        return None  # a seed-only adapter has nothing to fence with
 
     async def get_conversation(
         self, tenant: str, requester_uuid: str | None, session_id: str

@@ -42,6 +42,14 @@ class ChatStreamRecordingStore(ABC):
     nothing. The producer flushes at most every 0.5 seconds; a follower diffs
     by index to serve only what its client has not seen. Writes are atomic at
     the record level: a concurrent reader never sees a torn record.
+
+    Fencing: a put is refused when the conversation's fence is above its epoch.
+    The fence is the highest epoch of any put or ``fence`` call accepted for
+    the conversation; the shipped backends keep it when ``delete`` removes the
+    record, so a paused producer can never write again after a newer turn
+    took the conversation, even once that turn's record is cleaned up. A
+    seed-only adapter fences only by the record it holds (its epoch, gone with
+    ``delete``), and ``fence`` does nothing there.
     """
 
     @abstractmethod
@@ -92,6 +100,19 @@ class ChatStreamRecordingStore(ABC):
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
     ) -> None:
         """Remove the record only if it still belongs to ``message_id``."""
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later put below ``epoch`` for the conversation, as an
+        accepted put at ``epoch`` would; the stored record itself is unchanged.
+
+        A new owner calls this before it reads the record (a takeover, a
+        cancel), so that anything a fenced producer writes afterwards is
+        refused by the store itself. Optional: the default does nothing (see
+        the class docstring for what a seed-only adapter gives up).
+        """
+        return None  # a seed-only adapter has nothing to fence with
 
     async def wait_for_change(
         self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float

@@ -62,6 +62,13 @@ class ChatStreamSupervisionStore(ABC):
     both claim a conversation, and a producer that was only slow finds out the
     moment its next heartbeat is refused. There is no stored "dead" status: the
     owner stamps a fresh RUNNING heartbeat every second and readers judge age.
+
+    Epochs only grow, forever. The shipped backends remember the highest epoch
+    ever written for a conversation beside its row, and keep it when the row
+    is deleted or expires (``last_epoch``); a claim of a conversation with no
+    row (``expected_epoch=None``) is refused unless its epoch is above it. A
+    seed-only adapter forgets a conversation's epochs with its row: a producer
+    paused past the grace period could then share an epoch with a new turn.
     """
 
     @abstractmethod
@@ -114,3 +121,15 @@ class ChatStreamSupervisionStore(ABC):
                 )
             )
         )
+
+    async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
+        """The highest epoch ever written for the conversation, ``0`` when none;
+        also after its row was deleted or expired.
+
+        Optional. A shipped backend keeps it in the same atomic step as every
+        write, and refuses a ``compare_and_swap`` with ``expected_epoch=None``
+        whose epoch is not above it. The default reads the row, so a seed-only
+        adapter starts again at 1 once a row is gone.
+        """
+        row = await self.read(tenant, requester_uuid, session_id)
+        return 0 if row is None else row.epoch

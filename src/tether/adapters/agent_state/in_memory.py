@@ -14,12 +14,15 @@ class InMemoryChatAgentStateStore(ChatAgentStateStore):
     """``ChatAgentStateStore`` held in this process's memory; lost when it exits.
 
     Blobs are kept as JSON text, so ``load`` always returns a fresh copy, and a
-    state the file store could not persist fails here too, at ``save``.
+    state the file store could not persist fails here too, at ``save``. The
+    fence of each conversation is kept apart from its blob, so ``delete``
+    leaves it in place.
     """
 
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self._states: dict[_Key, str] = {}
+        self._fences: dict[_Key, int] = {}
 
     async def load(self, tenant: str, user_uuid: str | None, session_id: str) -> DependencyState:
         """The saved state (a copy), or ``{}`` when nothing is saved."""
@@ -34,18 +37,46 @@ class InMemoryChatAgentStateStore(ChatAgentStateStore):
         self, tenant: str, user_uuid: str | None, session_id: str, state: DependencyState
     ) -> None:
         """Replace the saved state with a copy of ``state``."""
-        if not isinstance(state, dict) or not all(
-            isinstance(key, str) and isinstance(blob, dict) for key, blob in state.items()
-        ):
-            raise TypeError("agent state must be a dict of {state_key: dict blob}")
-        text = json.dumps(state)
+        text = _dumps(state)
         async with self._lock:
             self._states[_key(tenant, user_uuid, session_id)] = text
+
+    async def save_fenced(
+        self,
+        tenant: str,
+        user_uuid: str | None,
+        session_id: str,
+        state: DependencyState,
+        epoch: int,
+    ) -> bool:
+        """Replace the state unless the fence is above ``epoch``, under the lock."""
+        text = _dumps(state)
+        key = _key(tenant, user_uuid, session_id)
+        async with self._lock:
+            if self._fences.get(key, 0) > epoch:
+                return False
+            self._fences[key] = epoch
+            self._states[key] = text
+            return True
+
+    async def fence(self, tenant: str, user_uuid: str | None, session_id: str, epoch: int) -> None:
+        """Refuse later fenced saves below ``epoch``."""
+        key = _key(tenant, user_uuid, session_id)
+        async with self._lock:
+            self._fences[key] = max(self._fences.get(key, 0), epoch)
 
     async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
         """Remove the saved state; a no-op when nothing exists."""
         async with self._lock:
             self._states.pop(_key(tenant, user_uuid, session_id), None)
+
+
+def _dumps(state: DependencyState) -> str:
+    if not isinstance(state, dict) or not all(
+        isinstance(key, str) and isinstance(blob, dict) for key, blob in state.items()
+    ):
+        raise TypeError("agent state must be a dict of {state_key: dict blob}")
+    return json.dumps(state)
 
 
 def _key(tenant: str, user_uuid: str | None, session_id: str) -> _Key:

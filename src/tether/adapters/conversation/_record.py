@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +62,8 @@ class ConversationRecord(BaseModel):
     user_agent_id: str | None = None
     bot_params: dict[str, Any] | None = None
     conversation_context: ConversationContext | None = None
+    fence_epoch: int = 0
+    """The highest turn epoch that wrote here or fenced it (``append_fenced``)."""
 
     def require_owner(self, requester_uuid: str | None) -> None:
         """Refuse a write by anyone but the owner."""
@@ -143,6 +145,22 @@ class Append:
             record.last_turn_status = self.last_turn_status
         self._merge_metadata(record)
         return record
+
+    def apply_fenced(
+        self, current: ConversationRecord | None, now: datetime, epoch: int
+    ) -> tuple[ConversationRecord | None, bool]:
+        """``append_fenced``: the record to store (None: nothing changes) and
+        whether the write was accepted. Refused when the record's fence is
+        above ``epoch``; messages whose ``message_id`` is there already are
+        not appended again."""
+        if current is not None and current.fence_epoch > epoch:
+            return None, False
+        present = {m.message_id for m in current.messages if m.message_id} if current else set()
+        missing = [m for m in self.messages if not m.message_id or m.message_id not in present]
+        updated = replace(self, messages=missing).apply(current, now)
+        if updated is not None:
+            updated.fence_epoch = max(updated.fence_epoch, epoch)
+        return updated, True
 
     def _merge_metadata(self, record: ConversationRecord) -> None:
         # Request metadata is kept as of the latest turn that carried it.

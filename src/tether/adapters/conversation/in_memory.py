@@ -74,6 +74,54 @@ class InMemoryChatConversationStore(ChatConversationStore):
             if updated is not None:
                 self._records[(tenant, session_id)] = updated
 
+    async def append_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        *,
+        epoch: int,
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> bool:
+        """``append_messages`` fenced by ``epoch``, idempotent by ``message_id``,
+        under the store's lock."""
+        change = Append(
+            tenant=tenant,
+            requester_uuid=requester_uuid,
+            session_id=session_id,
+            agent_identifier=agent_identifier,
+            messages=messages,
+            user_roles=user_roles,
+            user_tenants=user_tenants,
+            user_agent_id=None,
+            bot_params=bot_params,
+            last_turn_status=last_turn_status,
+            create_if_absent=create_if_absent,
+            conversation_context=conversation_context,
+        )
+        async with self._lock:
+            current = self._records.get((tenant, session_id))
+            updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
+            if updated is not None:
+                self._records[(tenant, session_id)] = updated
+            return accepted
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Raise the conversation's fence to ``epoch``; a no-op when it is missing."""
+        async with self._lock:
+            record = self._records.get((tenant, session_id))
+            if record is not None:
+                record.fence_epoch = max(record.fence_epoch, epoch)
+
     async def set_last_turn_status(
         self,
         tenant: str,

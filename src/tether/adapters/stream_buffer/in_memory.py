@@ -35,6 +35,8 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self._rows: dict[_Key, ChatStreamSupervision] = {}
+        # The highest epoch ever written per conversation; outlives its row.
+        self._epochs: dict[_Key, int] = {}
 
     async def compare_and_swap(
         self,
@@ -50,8 +52,16 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
             current = self._rows.get(key)
             if (None if current is None else current.epoch) != expected_epoch:
                 return False
+            if current is None and supervision.epoch <= self._epochs.get(key, 0):
+                return False  # that epoch was granted before the row was removed
             self._rows[key] = supervision.model_copy(deep=True)
+            self._epochs[key] = max(self._epochs.get(key, 0), supervision.epoch)
             return True
+
+    async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
+        """The highest epoch ever written, also after the row was deleted."""
+        async with self._lock:
+            return self._epochs.get(_key(tenant, requester_uuid, session_id), 0)
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -89,6 +99,9 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
     def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self._records: dict[_Key, _Record] = {}
+        # The fence of each conversation: the highest epoch put or fenced. Kept
+        # apart from the record, so ``delete`` leaves it.
+        self._fences: dict[_Key, int] = {}
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
@@ -96,10 +109,18 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
         (written,) = await self.put_many([RecordingPut(tenant, requester_uuid, session_id, event)])
         if not written:
-            stored = self._records[_key(tenant, requester_uuid, session_id)].epoch
+            fence = self._fences[_key(tenant, requester_uuid, session_id)]
             raise RecordingFencedError(
-                f"recording is at epoch {stored}; a write at epoch {event.epoch} is fenced"
+                f"recording is fenced at epoch {fence}; a write at epoch {event.epoch} is refused"
             )
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse later puts below ``epoch``; the record is unchanged."""
+        key = _key(tenant, requester_uuid, session_id)
+        async with self._lock:
+            self._fences[key] = max(self._fences.get(key, 0), epoch)
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
         """Every put, in order, under one acquisition of the lock."""
@@ -107,12 +128,12 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         async with self._lock:
             for put in puts:
                 key = _key(put.tenant, put.requester_uuid, put.session_id)
-                current = self._records.get(key)
-                if current is not None and put.event.epoch < current.epoch:
+                if put.event.epoch < self._fences.get(key, 0):
                     results.append(False)
                     continue
                 event = put.event
                 self._records[key] = _Record(event.epoch, event.message_id, event.model_dump_json())
+                self._fences[key] = event.epoch
                 results.append(True)
         return results
 

@@ -16,6 +16,7 @@ pytest.register_assert_rewrite(
     "tether.testing.contracts.conversation",
     "tether.testing.contracts.conversation_full",
     "tether.testing.contracts.cross_process",
+    "tether.testing.contracts.fencing",
     "tether.testing.contracts.recording",
     "tether.testing.contracts.stateful",
     "tether.testing.contracts.supervision",
@@ -31,19 +32,29 @@ from tether.testing.contracts.cross_process import (  # noqa: E402
     ChatStreamRecordingCrossProcessContract,
     ChatStreamSupervisionCrossProcessContract,
 )
+from tether.testing.contracts.fencing import (  # noqa: E402
+    ChatAgentStateFenceContract,
+    ChatConversationFenceContract,
+    ChatStreamRecordingFenceContract,
+    ChatStreamSupervisionEpochContract,
+)
 from tether.testing.contracts.recording import ChatStreamRecordingStoreContract  # noqa: E402
 from tether.testing.contracts.stateful import ChatStreamStoresStateMachineContract  # noqa: E402
 from tether.testing.contracts.supervision import ChatStreamSupervisionStoreContract  # noqa: E402
 
 __all__ = [
     "TRICKY_IDS",
+    "ChatAgentStateFenceContract",
     "ChatAgentStateStoreContract",
+    "ChatConversationFenceContract",
     "ChatConversationStoreContract",
     "ChatConversationStoreFullContract",
     "ChatStreamRecordingCrossProcessContract",
+    "ChatStreamRecordingFenceContract",
     "ChatStreamRecordingStoreContract",
     "ChatStreamStoresStateMachineContract",
     "ChatStreamSupervisionCrossProcessContract",
+    "ChatStreamSupervisionEpochContract",
     "ChatStreamSupervisionStoreContract",
     "ManualClock",
     "StoreFactory",
