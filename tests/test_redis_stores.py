@@ -44,9 +44,11 @@ from tether.testing.contracts import (
     ChatStreamRecordingStoreContract,
     ChatStreamStoresStateMachineContract,
     ChatStreamSupervisionCrossProcessContract,
+    ChatStreamSupervisionEpochContract,
     ChatStreamSupervisionStoreContract,
     StoreFactory,
 )
+from tether.testing.contracts.fencing import Expire
 
 pytestmark = pytest.mark.redis
 
@@ -169,6 +171,70 @@ def _stores(url: str) -> _Stores:
     assert isinstance(recording, RedisChatStreamRecordingStore)
     assert isinstance(supervision, RedisChatStreamSupervisionStore)
     return state, recording, supervision
+
+
+class TestRedisSupervisionEpochsAfterExpiry(ChatStreamSupervisionEpochContract):
+    """The epoch contract, with rows removed as their TTL would: gone without a
+    script, the conversation's epoch key untouched."""
+
+    @pytest.fixture
+    def store(self, connection: RedisConnection) -> RedisChatStreamSupervisionStore:
+        return RedisChatStreamSupervisionStore(connection)
+
+    @pytest.fixture
+    def expire(self, connection: RedisConnection, raw: redis.Redis) -> Expire:
+        layout = connection.keys
+
+        async def expire(tenant: str, requester_uuid: str | None, session_id: str) -> None:
+            key = layout.supervision(layout.conversation(tenant, requester_uuid, session_id))
+            assert raw.delete(key) == 1
+
+        return expire
+
+
+async def test_epochs_and_fences_have_no_ttl_and_outlive_their_rows(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    prefix = _prefix(redis_url)
+    url = _with_query(redis_url, stream_ttl="123", state_ttl="77")
+    async with RedisConnection.from_url(url) as connection:
+        supervision = RedisChatStreamSupervisionStore(connection)
+        recording = RedisChatStreamRecordingStore(connection)
+        state = RedisChatAgentStateStore(connection)
+        assert await supervision.compare_and_swap("t", "u", "s", None, _row(3))
+        await recording.put("t", "u", "s", _event(3))
+        assert await state.save_fenced("t", "u", "s", {"dep": {}}, 3)
+        kinds = ("supervision-epoch", "recording-fence", "agent-state-fence")
+        kept = [key for kind in kinds for key in _keys(raw, f"{prefix}{kind}:*")]
+        assert len(kept) == 3
+        assert all(raw.get(key) == b"3" and raw.ttl(key) == -1 for key in kept)
+        # The rows expire (here: vanish), the epochs stay and keep fencing.
+        for kind in ("stream-supervision", "stream-recording", "agent-state"):
+            for key in _keys(raw, f"{prefix}{kind}:*"):
+                raw.delete(key)
+        assert await supervision.last_epoch("t", "u", "s") == 3
+        assert not await supervision.compare_and_swap("t", "u", "s", None, _row(3))
+        assert await recording.put_many([RecordingPut("t", "u", "s", _event(2))]) == [False]
+        assert not await state.save_fenced("t", "u", "s", {"dep": {}}, 2)
+        assert all(raw.get(key) == b"3" for key in kept)
+
+
+async def test_fenced_writes_compare_epochs_beyond_2_to_the_53_exactly(
+    connection: RedisConnection,
+) -> None:
+    supervision = RedisChatStreamSupervisionStore(connection)
+    state = RedisChatAgentStateStore(connection)
+    big = 2**64 + 1
+    assert await supervision.compare_and_swap("t", "u", "s", None, _row(big))
+    await supervision.delete("t", "u", "s", "m-1", big)
+    assert await supervision.last_epoch("t", "u", "s") == big
+    assert not await supervision.compare_and_swap("t", "u", "s", None, _row(big - 1))
+    assert await supervision.compare_and_swap("t", "u", "s", None, _row(big + 1))
+    assert await state.save_fenced("t", "u", "s", {"dep": {"n": 1}}, big)
+    assert not await state.save_fenced("t", "u", "s", {"dep": {"n": 2}}, big - 1)
+    await state.fence("t", "u", "s", -big)
+    assert await state.save_fenced("t", "u", "s", {"dep": {"n": 3}}, big)
+    assert await state.load("t", "u", "s") == {"dep": {"n": 3}}
 
 
 async def test_from_url_serves_three_stores_on_one_connection_and_no_conversations(

@@ -43,11 +43,12 @@ class LocalFileChatConversationStore(ChatConversationStore):
 
     One document per conversation, ``{base_path}/conversations/{tenant}/{session_id}.json``
     with every id escaped; it holds the messages and the metadata together, so
-    one atomic replace changes both. Every write holds an exclusive ``flock`` on
-    the sibling ``.lock`` file across read, ownership check and write, and is
-    durable (fsynced, directory too) when it returns. Listing scans the tenant's
-    directory and reads each document: correct rather than fast, which suits
-    local work and single nodes. ``clock`` stamps ``created_at``/``updated_at``.
+    one atomic replace changes both, and the fence (``fence_epoch``) with them.
+    Every write holds an exclusive ``flock`` on the sibling ``.lock`` file across
+    read, ownership check and write, and is durable (fsynced, directory too) when
+    it returns. Listing scans the tenant's directory and reads each document:
+    correct rather than fast, which suits local work and single nodes. ``clock``
+    stamps ``created_at``/``updated_at``.
     """
 
     def __init__(self, base_path: str | os.PathLike[str], clock: Clock = utc_now) -> None:
@@ -85,6 +86,48 @@ class LocalFileChatConversationStore(ChatConversationStore):
             conversation_context=conversation_context,
         )
         await run_in_thread(self._append, self._files(tenant, session_id), change)
+
+    async def append_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        *,
+        epoch: int,
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> bool:
+        """``append_messages`` fenced by ``epoch``, idempotent by ``message_id``,
+        under the document's lock."""
+        change = Append(
+            tenant=tenant,
+            requester_uuid=requester_uuid,
+            session_id=session_id,
+            agent_identifier=agent_identifier,
+            messages=messages,
+            user_roles=user_roles,
+            user_tenants=user_tenants,
+            user_agent_id=None,
+            bot_params=bot_params,
+            last_turn_status=last_turn_status,
+            create_if_absent=create_if_absent,
+            conversation_context=conversation_context,
+        )
+        return await run_in_thread(
+            self._append_fenced, self._files(tenant, session_id), change, epoch
+        )
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Raise the conversation's fence to ``epoch``; a no-op when it is missing."""
+        await run_in_thread(_fence, self._files(tenant, session_id), epoch)
 
     async def set_last_turn_status(
         self,
@@ -160,6 +203,14 @@ class LocalFileChatConversationStore(ChatConversationStore):
             if updated is not None:
                 _write(files, updated)
 
+    def _append_fenced(self, files: RowFiles, change: Append, epoch: int) -> bool:
+        with exclusive_lock(files.lock):
+            current = read_model(files.data, ConversationRecord)
+            updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
+            if updated is not None:
+                _write(files, updated)
+            return accepted
+
     def _set_status(
         self, files: RowFiles, requester_uuid: str | None, last_turn_status: LastTurnStatus
     ) -> None:
@@ -192,6 +243,14 @@ def _read_readable(files: RowFiles, requester_uuid: str | None) -> ConversationR
     if record is not None:
         record.require_readable(requester_uuid)
     return record
+
+
+def _fence(files: RowFiles, epoch: int) -> None:
+    with exclusive_lock(files.lock):
+        record = read_model(files.data, ConversationRecord)
+        if record is not None and epoch > record.fence_epoch:
+            record.fence_epoch = epoch
+            _write(files, record)
 
 
 def _delete(files: RowFiles, requester_uuid: str | None) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +47,13 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
     and deletion are single owner-guarded statements. Every write is durable
     when it returns. Listing reads the ``(owner, updated_at DESC)`` index and
     pages with an opaque cursor. ``clock`` stamps ``created_at``/``updated_at``.
+
+    Fencing: the conversation row's ``fence_epoch`` is the highest epoch that
+    appended (``append_fenced``) or fenced it. ``append_fenced`` runs as an
+    append does, under the row lock, so its fence check, its check of which
+    messages are there already and its write are one atomic step; ``fence`` is
+    one guarded ``UPDATE``. The fence goes with the conversation when it is
+    deleted.
     """
 
     def __init__(self, database: PostgresDatabase, clock: Clock = utc_now) -> None:
@@ -113,6 +121,108 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
             raise StoreError(f"conversation {session_id!r} kept changing under an append; retry")
 
         await self._database.run(append, transaction=True)
+
+    async def append_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        *,
+        epoch: int,
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> bool:
+        """``append_messages`` fenced by ``epoch`` and idempotent by ``message_id``,
+        in one transaction holding the conversation's row lock.
+
+        Returns False, having changed nothing, when the conversation's fence is
+        above ``epoch``. Otherwise raises the fence to ``epoch``, appends the
+        messages not in the transcript yet (a message without an id always),
+        sets ``last_turn_status`` when given, and returns True; a missing
+        conversation that is not created returns True. Durable when it returns.
+        """
+        change = Append(
+            tenant=tenant,
+            requester_uuid=requester_uuid,
+            session_id=session_id,
+            agent_identifier=agent_identifier,
+            messages=messages,
+            user_roles=user_roles,
+            user_tenants=user_tenants,
+            user_agent_id=None,
+            bot_params=bot_params,
+            last_turn_status=last_turn_status,
+            create_if_absent=create_if_absent,
+            conversation_context=conversation_context,
+        )
+        key = _conversation_key(tenant, requester_uuid, session_id)
+        message_ids = [message.message_id for message in messages if message.message_id]
+        check_ids(agent_identifier, *message_ids)
+        # Serialized before the transaction: a message that is not JSON fails
+        # without holding the row lock.
+        documents = [_json(message.model_dump(mode="json")) for message in messages]
+        now = stamp(self._clock)
+
+        async def append(cursor: AsyncCursor[DictRow]) -> bool:
+            # Twice at most: if a concurrent creator wins the insert, lock its row.
+            for _ in range(2):
+                await cursor.execute(queries.LOCK_CONVERSATION, {"key": key})
+                row = await cursor.fetchone()
+                present: set[str] = set()
+                if row is not None and message_ids:
+                    # A statement after the lock: its snapshot sees every append
+                    # that committed before this transaction got the row.
+                    await cursor.execute(
+                        queries.PRESENT_MESSAGE_IDS, {"key": key, "message_ids": message_ids}
+                    )
+                    present = {found["message_id"] for found in await cursor.fetchall()}
+                positions = [
+                    position
+                    for position, message in enumerate(messages)
+                    if not message.message_id or message.message_id not in present
+                ]
+                missing = [messages[position] for position in positions]
+                # The record read here holds no messages: the transcript was
+                # deduplicated above, so ``apply_fenced`` sees only the missing ones.
+                updated, accepted = replace(change, messages=missing).apply_fenced(
+                    None if row is None else _record(row), now, epoch
+                )
+                if updated is None:
+                    return accepted
+                params = _write_params(key, updated, row, missing)
+                if row is None:
+                    await cursor.execute(queries.CREATE_CONVERSATION, params)
+                    if await cursor.fetchone() is None:
+                        continue
+                else:
+                    await cursor.execute(queries.UPDATE_CONVERSATION, params)
+                if positions:
+                    await cursor.execute(
+                        queries.APPEND_MESSAGES,
+                        {
+                            "key": key,
+                            "first_position": 0 if row is None else row["message_count"],
+                            "messages": [documents[position] for position in positions],
+                        },
+                    )
+                return True
+            raise StoreError(f"conversation {session_id!r} kept changing under an append; retry")
+
+        return await self._database.run(append, transaction=True)
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later ``append_fenced`` below ``epoch``, durably; one guarded
+        statement that never lowers the fence. A no-op when no conversation exists."""
+        key = _conversation_key(tenant, requester_uuid, session_id)
+        await self._database.execute(queries.FENCE_CONVERSATION, {"key": key, "epoch": epoch})
 
     async def set_last_turn_status(
         self,
@@ -243,6 +353,8 @@ def _record(row: DictRow) -> ConversationRecord:
             created_at=row["created_at"].astimezone(UTC),
             updated_at=row["updated_at"].astimezone(UTC),
             title=row["title"] or "",
+            # Only the locking read selects the fence; the others do not need it.
+            fence_epoch=row.get("fence_epoch") or 0,
             **(row.get("metadata") or {}),
         )
     except (ValidationError, TypeError) as error:
@@ -275,6 +387,7 @@ def _write_params(
         "title": title,
         "message_count": (0 if row is None else row["message_count"]) + len(messages),
         "metadata": _json(updated.model_dump(mode="json", include=_METADATA)),
+        "fence_epoch": updated.fence_epoch,
         "created_at": updated.created_at,
         "updated_at": updated.updated_at,
     }

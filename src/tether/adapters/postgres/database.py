@@ -229,6 +229,22 @@ class PostgresDatabase:
                 attempt.add_done_callback(self._forget)
             raise
 
+    async def transact(self, work: Callable[[AsyncCursor[DictRow]], Awaitable[_T]]) -> _T:
+        """``await work(cursor)`` in one transaction, as :meth:`run` does; a
+        transaction that lost a deadlock or serialization conflict is run again.
+
+        The lost transaction was rolled back and changed nothing, so ``work``
+        starts over on a fresh transaction: it must not carry state between calls.
+        """
+        for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
+            try:
+                return await self.run(work, transaction=True)
+            except _ConflictError:
+                if attempt == _CONFLICT_ATTEMPTS:
+                    raise
+                logger.info("transaction lost a conflict; running it again (%d)", attempt)
+        raise AssertionError("unreachable")
+
     async def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[DictRow]:
         """Run one statement and return its rows; a deadlock victim is sent again."""
 

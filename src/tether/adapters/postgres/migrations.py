@@ -117,6 +117,79 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        version=2,
+        description="epoch fences that outlive their rows",
+        statements=(
+            # Each fence is a table of its own, not a column or a tombstone in the
+            # row it fences: a deleted row must leave its fence behind, and
+            # replicas of the previous release, still running during a rolling
+            # deploy, must never see a tombstone as a live row.
+            #
+            # The highest supervision epoch ever written per conversation.
+            """
+            CREATE TABLE tether_stream_supervision_epoch (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                tenant text NOT NULL,
+                requester_uuid text NOT NULL,
+                session_id text NOT NULL,
+                epoch bigint NOT NULL
+            )
+            """,
+            """
+            INSERT INTO tether_stream_supervision_epoch
+                (key, tenant, requester_uuid, session_id, epoch)
+            SELECT key, tenant, requester_uuid, session_id, epoch
+            FROM tether_stream_supervision
+            """,
+            # The highest epoch of any accepted recording put or fence.
+            """
+            CREATE TABLE tether_stream_recording_fence (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                tenant text NOT NULL,
+                requester_uuid text NOT NULL,
+                session_id text NOT NULL,
+                epoch bigint NOT NULL
+            )
+            """,
+            """
+            INSERT INTO tether_stream_recording_fence
+                (key, tenant, requester_uuid, session_id, epoch)
+            SELECT key, tenant, requester_uuid, session_id, epoch
+            FROM tether_stream_recording
+            """,
+            # The highest epoch of any accepted fenced checkpoint save or fence.
+            """
+            CREATE TABLE tether_agent_state_fence (
+                key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
+                tenant text NOT NULL,
+                user_uuid text NOT NULL,
+                session_id text NOT NULL,
+                epoch bigint NOT NULL
+            )
+            """,
+            # Until now a checkpoint was fenced by the epoch the runtime stores in
+            # it (``TURN_STATE_KEY``); start each fence there, so the upgrade does
+            # not let a paused producer overwrite a newer turn's checkpoint.
+            # The CASE guards the cast: a blob without a numeric epoch gets no fence.
+            """
+            INSERT INTO tether_agent_state_fence (key, tenant, user_uuid, session_id, epoch)
+            SELECT key, tenant, user_uuid, session_id, floor(turn_epoch)::bigint
+            FROM (
+                SELECT key, tenant, user_uuid, session_id,
+                       CASE WHEN jsonb_typeof(state -> '__turn__' -> 'epoch') = 'number'
+                           THEN (state -> '__turn__' ->> 'epoch')::numeric END AS turn_epoch
+                FROM tether_agent_state
+            ) AS saved
+            WHERE turn_epoch >= 1 AND turn_epoch < 9223372036854775807
+            """,
+            # A conversation's fence goes with the conversation when it is deleted.
+            """
+            ALTER TABLE tether_conversations
+            ADD COLUMN fence_epoch bigint NOT NULL DEFAULT 0
+            """,
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -9,6 +9,13 @@ Rules every statement here follows:
   ``DELETE ... WHERE``). The row lock PostgreSQL takes for the write, and its
   re-check of the ``WHERE`` clause against the newest row version (READ
   COMMITTED), is what makes it atomic.
+- A fence (the highest epoch a conversation has granted or accepted) lives in a
+  table of its own, so that it outlives the row it fences. A fenced write first
+  upserts the fence row (``INSERT ... ON CONFLICT DO UPDATE ... WHERE``), which
+  locks it and re-checks the newest fence, and writes the fenced row only if
+  that upsert returned it: a concurrent ``fence`` waits for the write's commit
+  or is seen by it, never neither. A supervision claim is the exception that
+  runs in a transaction of its own (see :data:`CLAIM_SUPERVISION`).
 - Every write to a recording or a supervision row calls ``pg_notify`` on
   :data:`CHANNEL` with the row's key in hex, in the ``RETURNING`` clause of the
   same statement: a notification goes out exactly when a row was written, and
@@ -63,7 +70,35 @@ VALUES (%(key)s, %(tenant)s, %(user_uuid)s, %(session_id)s, %(state)s::jsonb)
 ON CONFLICT (key) DO UPDATE SET state = excluded.state, updated_at = now()
 """
 
+SAVE_STATE_FENCED: Final = """
+WITH fenced AS (
+    INSERT INTO tether_agent_state_fence AS fence (key, tenant, user_uuid, session_id, epoch)
+    VALUES (%(key)s, %(tenant)s, %(user_uuid)s, %(session_id)s, %(epoch)s)
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE fence.epoch <= excluded.epoch
+    RETURNING key, tenant, user_uuid, session_id
+),
+saved AS (
+    INSERT INTO tether_agent_state (key, tenant, user_uuid, session_id, state)
+    SELECT key, tenant, user_uuid, session_id, %(state)s::jsonb FROM fenced
+    ON CONFLICT (key) DO UPDATE SET state = excluded.state, updated_at = now()
+    RETURNING key
+)
+SELECT count(*) AS saved FROM saved
+"""
+"""Raise the fence to the save's epoch and replace the state, unless the fence is
+higher; ``saved = 0`` means fenced (and nothing changed)."""
+
+FENCE_STATE: Final = """
+INSERT INTO tether_agent_state_fence AS fence (key, tenant, user_uuid, session_id, epoch)
+VALUES (%(key)s, %(tenant)s, %(user_uuid)s, %(session_id)s, %(epoch)s)
+ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+WHERE fence.epoch < excluded.epoch
+"""
+"""Raise the checkpoint fence to ``epoch``; never lowers it."""
+
 DELETE_STATE: Final = "DELETE FROM tether_agent_state WHERE key = %(key)s"
+"""The checkpoint only: its fence stays in ``tether_agent_state_fence``."""
 
 # Supervision ----------------------------------------------------------------------------
 
@@ -73,18 +108,46 @@ FROM tether_stream_supervision
 WHERE key = %(key)s
 """
 
+LAST_SUPERVISION_EPOCH: Final = """
+SELECT greatest(
+    (SELECT epoch FROM tether_stream_supervision_epoch WHERE key = %(key)s),
+    (SELECT epoch FROM tether_stream_supervision WHERE key = %(key)s),
+    0
+) AS epoch
+"""
+"""The highest epoch ever written. The row is read too: a replica of the previous
+release, during a rolling deploy, writes rows without raising the epoch table."""
+
 CLAIM_SUPERVISION: Final = """
 WITH written AS (
     INSERT INTO tether_stream_supervision
         (key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch)
-    VALUES (%(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s,
-            %(status)s, %(heartbeat_at)s, %(message_id)s, %(epoch)s)
+    SELECT %(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s,
+           %(status)s, %(heartbeat_at)s, %(message_id)s, %(epoch)s
+    WHERE %(epoch)s > coalesce(
+        (SELECT epoch FROM tether_stream_supervision_epoch WHERE key = %(key)s), 0
+    )
     ON CONFLICT (key) DO NOTHING
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, tenant, requester_uuid, session_id, epoch,
+              pg_notify('tether_stream_changes', encode(key, 'hex'))
+),
+raised AS (
+    INSERT INTO tether_stream_supervision_epoch AS granted
+        (key, tenant, requester_uuid, session_id, epoch)
+    SELECT key, tenant, requester_uuid, session_id, epoch FROM written
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE granted.epoch < excluded.epoch
+    RETURNING key
 )
-SELECT count(*) AS written FROM written
+SELECT (SELECT count(*) FROM written) AS written, (SELECT count(*) FROM raised) AS raised
 """
-"""Compare-and-swap with ``expected_epoch = None``: write only if no row exists."""
+"""Compare-and-swap with ``expected_epoch = None``: write only if no row exists and
+the epoch is above every epoch ever written, and raise the epoch table to it.
+
+Run in a transaction: the epoch check in the insert reads the statement's
+snapshot, so a claim racing the commit of a higher epoch may pass it; the
+upsert of the epoch table then locks and re-checks the newest epoch, and
+``written > raised`` tells the caller to roll the claim back."""
 
 SWAP_SUPERVISION: Final = """
 WITH written AS (
@@ -92,14 +155,27 @@ WITH written AS (
     SET status = %(status)s, heartbeat_at = %(heartbeat_at)s,
         message_id = %(message_id)s, epoch = %(epoch)s
     WHERE key = %(key)s AND epoch = %(expected_epoch)s
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, tenant, requester_uuid, session_id, epoch,
+              pg_notify('tether_stream_changes', encode(key, 'hex'))
+),
+raised AS (
+    INSERT INTO tether_stream_supervision_epoch AS granted
+        (key, tenant, requester_uuid, session_id, epoch)
+    SELECT key, tenant, requester_uuid, session_id, epoch FROM written
+    WHERE epoch > %(expected_epoch)s
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE granted.epoch < excluded.epoch
 )
 SELECT count(*) AS written,
        CASE WHEN %(relaxed_commit)s THEN set_config('synchronous_commit', 'off', true) END
            AS commit_mode
 FROM written
 """
-"""Compare-and-swap with an expected epoch: write only over a row at exactly that epoch."""
+"""Compare-and-swap with an expected epoch: write only over a row at exactly that epoch.
+
+A swap that raises the epoch (a takeover) raises the epoch table in the same
+statement; a heartbeat (the same epoch) leaves it alone, so the hot path writes
+one row and never waits on the epoch table's lock."""
 
 SWAP_SUPERVISION_MANY: Final = """
 WITH swap AS (
@@ -116,11 +192,14 @@ WITH swap AS (
 claimed AS (
     INSERT INTO tether_stream_supervision
         (key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch)
-    SELECT key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch
+    SELECT swap.key, swap.tenant, swap.requester_uuid, swap.session_id, swap.status,
+           swap.heartbeat_at, swap.message_id, swap.epoch
     FROM swap
-    WHERE expected_epoch IS NULL
+    LEFT JOIN tether_stream_supervision_epoch AS granted ON granted.key = swap.key
+    WHERE swap.expected_epoch IS NULL AND swap.epoch > coalesce(granted.epoch, 0)
     ON CONFLICT (key) DO NOTHING
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, tenant, requester_uuid, session_id, epoch,
+              pg_notify('tether_stream_changes', encode(key, 'hex'))
 ),
 swapped AS (
     UPDATE tether_stream_supervision AS stored
@@ -128,7 +207,20 @@ swapped AS (
         message_id = swap.message_id, epoch = swap.epoch
     FROM swap
     WHERE stored.key = swap.key AND stored.epoch = swap.expected_epoch
-    RETURNING stored.key, pg_notify('tether_stream_changes', encode(stored.key, 'hex'))
+    RETURNING stored.key, stored.tenant, stored.requester_uuid, stored.session_id,
+              stored.epoch, swap.expected_epoch,
+              pg_notify('tether_stream_changes', encode(stored.key, 'hex'))
+),
+raised AS (
+    INSERT INTO tether_stream_supervision_epoch AS granted
+        (key, tenant, requester_uuid, session_id, epoch)
+    SELECT key, tenant, requester_uuid, session_id, epoch FROM claimed
+    UNION ALL
+    SELECT key, tenant, requester_uuid, session_id, epoch FROM swapped
+    WHERE epoch > expected_epoch
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE granted.epoch < excluded.epoch
+    RETURNING key
 ),
 written AS (
     SELECT key FROM claimed
@@ -137,22 +229,39 @@ written AS (
 )
 SELECT swap.position,
        swap.key IN (SELECT key FROM written) AS written,
+       swap.key IN (SELECT key FROM claimed) AND swap.key NOT IN (SELECT key FROM raised)
+           AS stale,
        CASE WHEN %(relaxed_commit)s THEN set_config('synchronous_commit', 'off', true) END
            AS commit_mode
 FROM swap
 ORDER BY swap.position
 """
 """Several compare-and-swaps on *distinct* keys in one statement, each with its own
-guard (a claim for a NULL expected epoch, a swap otherwise); one row per swap, in order."""
+guard (a claim for a NULL expected epoch, a swap otherwise); one row per swap, in order.
+
+Claims and takeovers raise the epoch table as in ``CLAIM_SUPERVISION`` and
+``SWAP_SUPERVISION``. A batch with a claim runs in a transaction: a ``stale``
+claim (written, but the epoch table's newest epoch was not below it) rolls the
+batch back, and the batch is sent again."""
 
 DELETE_SUPERVISION: Final = """
 WITH deleted AS (
     DELETE FROM tether_stream_supervision
     WHERE key = %(key)s AND message_id = %(message_id)s AND epoch = %(epoch)s
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, tenant, requester_uuid, session_id, epoch,
+              pg_notify('tether_stream_changes', encode(key, 'hex'))
+),
+kept AS (
+    INSERT INTO tether_stream_supervision_epoch AS granted
+        (key, tenant, requester_uuid, session_id, epoch)
+    SELECT key, tenant, requester_uuid, session_id, epoch FROM deleted
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE granted.epoch < excluded.epoch
 )
 SELECT count(*) AS deleted FROM deleted
 """
+"""Remove the row if it still holds that turn; its epoch stays in the epoch table
+(already there unless a replica of the previous release wrote the row)."""
 
 # Recording ------------------------------------------------------------------------------
 
@@ -166,11 +275,20 @@ PUT_RECORDING: Final = """
 WITH previous AS (
     SELECT epoch FROM tether_stream_recording WHERE key = %(key)s
 ),
+fenced AS (
+    INSERT INTO tether_stream_recording_fence AS fence
+        (key, tenant, requester_uuid, session_id, epoch)
+    VALUES (%(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s, %(epoch)s)
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE fence.epoch <= excluded.epoch
+    RETURNING key, tenant, requester_uuid, session_id, epoch
+),
 written AS (
     INSERT INTO tether_stream_recording AS stored
         (key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message)
-    VALUES (%(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s,
-            %(epoch)s, %(stream_index)s, %(message_id)s, %(message)s::jsonb)
+    SELECT key, tenant, requester_uuid, session_id, epoch,
+           %(stream_index)s, %(message_id)s, %(message)s::jsonb
+    FROM fenced
     ON CONFLICT (key) DO UPDATE
     SET epoch = excluded.epoch, stream_index = excluded.stream_index,
         message_id = excluded.message_id, message = excluded.message, recorded_at = now()
@@ -182,7 +300,9 @@ SELECT count(*) AS written,
            THEN set_config('synchronous_commit', 'off', true) END AS commit_mode
 FROM written
 """
-"""Insert, or overwrite unless the stored epoch is higher; ``written = 0`` means fenced.
+"""Insert, or overwrite, unless the fence or the stored epoch is higher; ``written = 0``
+means fenced. The record's own guard matters only for rows a replica of the
+previous release wrote without raising the fence.
 
 Only a put at the epoch already stored skips the fsync wait: the put that raises
 the epoch (a new turn, a takeover) is durable, so a server crash can lose
@@ -207,11 +327,20 @@ relaxed AS (
         WHERE stored.epoch IS DISTINCT FROM put.epoch
     ) AS at_stored_epochs
 ),
+fenced AS (
+    INSERT INTO tether_stream_recording_fence AS fence
+        (key, tenant, requester_uuid, session_id, epoch)
+    SELECT key, tenant, requester_uuid, session_id, epoch FROM put
+    ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+    WHERE fence.epoch <= excluded.epoch
+    RETURNING key
+),
 written AS (
     INSERT INTO tether_stream_recording AS stored
         (key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message)
     SELECT key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message
     FROM put
+    WHERE key IN (SELECT key FROM fenced)
     ON CONFLICT (key) DO UPDATE
     SET epoch = excluded.epoch, stream_index = excluded.stream_index,
         message_id = excluded.message_id, message = excluded.message, recorded_at = now()
@@ -226,7 +355,7 @@ FROM put
 ORDER BY put.position
 """
 """Several fenced puts on *distinct* keys in one statement, each fenced on its own
-row; one row per put, in order (``written`` false: fenced). The batch skips the
+fence and row; one row per put, in order (``written`` false: fenced). The batch skips the
 fsync wait only when every put is at the epoch already stored, as ``PUT_RECORDING``."""
 
 DELETE_RECORDING: Final = """
@@ -237,12 +366,22 @@ WITH deleted AS (
 )
 SELECT count(*) AS deleted FROM deleted
 """
+"""The record only: its fence stays in ``tether_stream_recording_fence``."""
+
+FENCE_RECORDING: Final = """
+INSERT INTO tether_stream_recording_fence AS fence
+    (key, tenant, requester_uuid, session_id, epoch)
+VALUES (%(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s, %(epoch)s)
+ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
+WHERE fence.epoch < excluded.epoch
+"""
+"""Raise the recording fence to ``epoch``; never lowers it, leaves the record alone."""
 
 # Conversations --------------------------------------------------------------------------
 
 LOCK_CONVERSATION: Final = """
 SELECT tenant, session_id, owner_uuid, agent_identifier, shared, last_turn_status, title,
-       message_count, metadata, created_at, updated_at
+       message_count, metadata, fence_epoch, created_at, updated_at
 FROM tether_conversations
 WHERE key = %(key)s
 FOR UPDATE
@@ -251,10 +390,10 @@ FOR UPDATE
 CREATE_CONVERSATION: Final = """
 INSERT INTO tether_conversations
     (key, owner_key, tenant, session_id, owner_uuid, agent_identifier, shared,
-     last_turn_status, title, message_count, metadata, created_at, updated_at)
+     last_turn_status, title, message_count, metadata, fence_epoch, created_at, updated_at)
 VALUES (%(key)s, %(owner_key)s, %(tenant)s, %(session_id)s, %(owner_uuid)s,
         %(agent_identifier)s, false, %(last_turn_status)s, %(title)s, %(message_count)s,
-        %(metadata)s::jsonb, %(created_at)s, %(updated_at)s)
+        %(metadata)s::jsonb, %(fence_epoch)s, %(created_at)s, %(updated_at)s)
 ON CONFLICT (key) DO NOTHING
 RETURNING key
 """
@@ -264,9 +403,25 @@ UPDATE_CONVERSATION: Final = """
 UPDATE tether_conversations
 SET agent_identifier = %(agent_identifier)s, last_turn_status = %(last_turn_status)s,
     title = %(title)s, message_count = %(message_count)s, metadata = %(metadata)s::jsonb,
-    updated_at = %(updated_at)s
+    fence_epoch = %(fence_epoch)s, updated_at = %(updated_at)s
 WHERE key = %(key)s
 """
+"""Run under the row lock of ``LOCK_CONVERSATION``, with values computed from it."""
+
+FENCE_CONVERSATION: Final = """
+UPDATE tether_conversations
+SET fence_epoch = %(epoch)s
+WHERE key = %(key)s AND fence_epoch < %(epoch)s
+"""
+"""Raise the conversation's fence; never lowers it, and creates no conversation."""
+
+PRESENT_MESSAGE_IDS: Final = """
+SELECT DISTINCT message ->> 'message_id' AS message_id
+FROM tether_conversation_messages
+WHERE conversation_key = %(key)s AND message ->> 'message_id' = ANY(%(message_ids)s::text[])
+"""
+"""Which of ``message_ids`` the transcript holds already (``append_fenced`` appends
+only the others); run under the row lock, so no append can slip in between."""
 
 APPEND_MESSAGES: Final = """
 INSERT INTO tether_conversation_messages (conversation_key, position, message)

@@ -24,12 +24,16 @@ from tether.domain.store_errors import StoreCorruptedError
 class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
     """``ChatStreamRecordingStore`` on PostgreSQL, with push for followers.
 
-    Table ``tether_stream_recording``, one overwritten row per conversation. A put
-    is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE stored.epoch <= new epoch``:
-    the fence and the write are one atomic step, and whether a row came back
-    tells an accepted put from a fenced one. Readers see the old row or the new
-    one, never a mix. Puts at the stored epoch skip the fsync wait; the put that
-    raises the epoch does not (see ``PostgresDatabase``).
+    Table ``tether_stream_recording``, one overwritten row per conversation, and
+    ``tether_stream_recording_fence``, the conversation's fence (the highest
+    epoch of any accepted put or ``fence``), which ``delete`` leaves in place. A
+    put is one statement: it raises the fence to its epoch unless the fence is
+    higher (an upsert that locks the fence row and re-checks its newest value),
+    and writes the record only if that succeeded, so the fence and the write
+    are one atomic step, and whether a row came back tells an accepted put
+    from a fenced one. Readers see the old row or the new one, never a mix.
+    Puts at the stored epoch skip the fsync wait; the put that raises the epoch
+    does not (see ``PostgresDatabase``).
 
     ``put_many`` sends a batch of puts as one statement (one round trip), each
     fenced on its own row.
@@ -42,7 +46,8 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
     ) -> None:
-        """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
+        """Store ``event`` and raise the fence to its epoch, atomically; raise
+        ``RecordingFencedError`` (and change nothing) if the fence is higher."""
         check_ids(event.message_id)
         message = _message_json(event)
         row = await self._database.fetch_one(
@@ -60,7 +65,7 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
         )
         if row is None or row["written"] != 1:
             raise RecordingFencedError(
-                f"a recording with an epoch above {event.epoch} is stored; this put is fenced"
+                f"the recording is fenced above epoch {event.epoch}; this put is refused"
             )
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
@@ -101,11 +106,27 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
     async def delete(
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
     ) -> None:
-        """Remove the record iff it still belongs to ``message_id``."""
+        """Remove the record iff it still belongs to ``message_id``; the fence stays."""
         check_ids(message_id)
         key = session_key(tenant, requester_uuid, session_id)
         await self._database.execute(
             queries.DELETE_RECORDING, {"key": key, "message_id": message_id}
+        )
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later put below ``epoch``, durably, from the moment this
+        returns; the record is unchanged, and a lower fence never lowers it."""
+        await self._database.execute(
+            queries.FENCE_RECORDING,
+            {
+                "key": session_key(tenant, requester_uuid, session_id),
+                "tenant": tenant,
+                "requester_uuid": requester_uuid or "",
+                "session_id": session_id,
+                "epoch": epoch,
+            },
         )
 
     async def wait_for_change(

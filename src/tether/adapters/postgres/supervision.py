@@ -1,10 +1,13 @@
-"""Supervision rows in PostgreSQL: every write one epoch-guarded statement."""
+"""Supervision rows in PostgreSQL: every write one epoch-guarded statement (a claim's in a
+transaction of its own)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from psycopg import AsyncCursor
+from psycopg.rows import DictRow
 from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
@@ -16,7 +19,18 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
-from tether.domain.store_errors import StoreCorruptedError
+from tether.domain.store_errors import StoreCorruptedError, StoreError
+
+# A batch with claims is sent again when a claim turned out stale (see
+# ``_StaleClaimError``); each retry follows the commit that made it stale, which
+# its fresh snapshot then sees, so a second attempt almost always settles it.
+_STALE_ATTEMPTS = 3
+
+
+class _StaleClaimError(Exception):
+    """A claim passed the epoch check of its statement's snapshot, but a higher or
+    equal epoch was committed meanwhile: raised inside the claim's transaction,
+    so that the claim is rolled back."""
 
 
 class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionStore):
@@ -30,6 +44,15 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
     ``pg_notify`` for the conversation in the same statement, which is what
     wakes followers on other replicas.
 
+    Epochs only grow: ``tether_stream_supervision_epoch`` keeps the highest
+    epoch ever written per conversation, raised by every claim and takeover in
+    the same statement as the row, and kept when ``delete`` removes the row. A
+    claim (``expected_epoch=None``) whose epoch is not above it is refused. A
+    claim is the one write that runs in a transaction: its insert checks the
+    epoch in the statement's snapshot, and the epoch table's upsert in the same
+    statement, which locks and re-reads the newest epoch, rolls it back in the
+    rare race where a higher epoch committed in between.
+
     Claims, takeovers and status changes are durable commits. Heartbeats (a
     RUNNING swap at the same epoch) skip the fsync wait; see ``PostgresDatabase``.
     """
@@ -42,31 +65,76 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         expected_epoch: int | None,
         supervision: ChatStreamSupervision,
     ) -> bool:
-        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no
+        row, and ``supervision.epoch`` above every epoch ever written), atomically
+        with that check; the epoch table is raised in the same transaction."""
         params = _row_params(tenant, requester_uuid, session_id, supervision)
         if expected_epoch is None:
-            row = await self._database.fetch_one(queries.CLAIM_SUPERVISION, params)
-        else:
-            params["expected_epoch"] = expected_epoch
-            params["relaxed_commit"] = _is_heartbeat(expected_epoch, supervision)
-            row = await self._database.fetch_one(queries.SWAP_SUPERVISION, params)
+            return await self._claim(params)
+        params["expected_epoch"] = expected_epoch
+        params["relaxed_commit"] = _is_heartbeat(expected_epoch, supervision)
+        row = await self._database.fetch_one(queries.SWAP_SUPERVISION, params)
         return row is not None and row["written"] == 1
+
+    async def _claim(self, params: dict[str, Any]) -> bool:
+        async def claim(cursor: AsyncCursor[DictRow]) -> bool:
+            await cursor.execute(queries.CLAIM_SUPERVISION, params)
+            row = await cursor.fetchone()
+            if row is None or row["written"] != 1:
+                return False
+            if row["raised"] != 1:
+                raise _StaleClaimError
+            return True
+
+        try:
+            return await self._database.transact(claim)
+        except _StaleClaimError:
+            # The epoch was granted meanwhile: the claim is refused, and undone.
+            return False
 
     async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
         """Independent compare-and-swaps in one round trip; one result per swap, in order.
 
-        One statement over ``unnest()`` arrays, each swap guarded on its own row.
-        Swaps of the same conversation are applied in order: the batch is cut into
-        rounds where no conversation repeats, one statement each (so a batch of
-        distinct conversations, the heartbeat case, is one round trip).
+        One statement over ``unnest()`` arrays, each swap guarded on its own row
+        and claims on the epoch table too, as in ``compare_and_swap``. Swaps of
+        the same conversation are applied in order: the batch is cut into rounds
+        where no conversation repeats, one statement each (so a batch of distinct
+        conversations, the heartbeat case, is one round trip). A round with a
+        claim runs in a transaction, sent again if a claim in it was stale.
         """
 
         async def write_round(batch: list[tuple[int, Any, bytes]]) -> list[Any]:
-            return await self._database.fetch_all(
-                queries.SWAP_SUPERVISION_MANY, _batch_params(batch)
-            )
+            params = _batch_params(batch)
+            if all(swap.expected_epoch is not None for _, swap, _ in batch):
+                # No claim, nothing to roll back: one autocommit statement.
+                return await self._database.fetch_all(queries.SWAP_SUPERVISION_MANY, params)
+            return await self._claim_round(params)
 
         return await written_per_item(swaps, write_round)
+
+    async def _claim_round(self, params: dict[str, Any]) -> list[DictRow]:
+        async def write(cursor: AsyncCursor[DictRow]) -> list[DictRow]:
+            await cursor.execute(queries.SWAP_SUPERVISION_MANY, params)
+            rows = await cursor.fetchall()
+            if any(row["stale"] for row in rows):
+                raise _StaleClaimError
+            return rows
+
+        for _ in range(_STALE_ATTEMPTS):
+            try:
+                return await self._database.transact(write)
+            except _StaleClaimError:
+                continue  # rolled back whole; the next snapshot refuses the stale claim
+        raise StoreError(
+            "a batch of supervision claims kept racing newer epochs; nothing was written, retry"
+        )
+
+    async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
+        """The highest epoch ever written for the conversation, ``0`` when none;
+        kept when the row is deleted."""
+        key = session_key(tenant, requester_uuid, session_id)
+        row = await self._database.fetch_one(queries.LAST_SUPERVISION_EPOCH, {"key": key})
+        return 0 if row is None else int(row["epoch"])
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -92,7 +160,8 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         message_id: str,
         epoch: int,
     ) -> None:
-        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``,
+        atomically with that check; its epoch stays in the epoch table."""
         check_ids(message_id)
         key = session_key(tenant, requester_uuid, session_id)
         await self._database.execute(

@@ -10,8 +10,16 @@ in ``redis-cli``. The rows of one conversation are then::
     {prefix}stream-supervision:{conversation}   hash: epoch, message_id, row, token
     {prefix}stream-recording:{conversation}     hash: epoch, message_id, event
 
-and every write to a supervision row or recording publishes ``{conversation}``
-on the one channel ``{prefix}changes``.
+each beside a decimal string that the scripts raise in the same step as every
+accepted write and that never expires, so it outlives its row's delete and TTL::
+
+    {prefix}agent-state-fence:{conversation}    the checkpoint's fence
+    {prefix}supervision-epoch:{conversation}    the highest supervision epoch ever written
+    {prefix}recording-fence:{conversation}      the recording's fence
+
+(one short key per conversation ever streamed, kept forever: epochs only grow).
+Every write to a supervision row or recording publishes ``{conversation}`` on
+the one channel ``{prefix}changes``.
 """
 
 from __future__ import annotations
@@ -55,3 +63,15 @@ class KeyLayout:
 
     def recording(self, conversation: str) -> str:
         return f"{self.prefix}stream-recording:{conversation}"
+
+    def agent_state_fence(self, conversation: str) -> str:
+        """No TTL: ``delete`` and ``state_ttl`` remove the checkpoint, never its fence."""
+        return f"{self.prefix}agent-state-fence:{conversation}"
+
+    def supervision_epoch(self, conversation: str) -> str:
+        """No TTL: the row's delete or expiry never loses its epoch."""
+        return f"{self.prefix}supervision-epoch:{conversation}"
+
+    def recording_fence(self, conversation: str) -> str:
+        """No TTL: the record's delete or expiry never lowers its fence."""
+        return f"{self.prefix}recording-fence:{conversation}"

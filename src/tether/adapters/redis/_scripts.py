@@ -4,6 +4,9 @@ Redis runs a script without interleaving any other command, so each script's
 read-check-write is atomic across every client and process. ``register_script``
 sends ``EVALSHA`` and loads the source only when the server does not know it yet
 (first use, or after a server restart flushed its script cache).
+
+The scripts that compare epochs exactly begin with the helpers of
+``_epochs.lua`` (not a script of its own): each is still one script, one step.
 """
 
 from __future__ import annotations
@@ -16,12 +19,29 @@ import redis.asyncio
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-_NAMES = ("supervision_cas", "supervision_delete", "recording_put", "recording_delete")
+_NAMES = (
+    "supervision_cas",
+    "supervision_delete",
+    "recording_put",
+    "recording_delete",
+    "recording_fence",
+    "agent_state_save",
+    "agent_state_fence",
+)
+_WITH_EPOCHS = frozenset(
+    {"supervision_cas", "supervision_delete", "agent_state_save", "agent_state_fence"}
+)
+"""The scripts that start with the helpers of ``_epochs.lua``."""
+
+
+def _read(name: str) -> str:
+    return files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 @cache
 def _source(name: str) -> str:
-    return files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    source = _read(name)
+    return f"{_read('_epochs')}\n{source}" if name in _WITH_EPOCHS else source
 
 
 class Scripts:
@@ -31,31 +51,32 @@ class Scripts:
     """
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
-        registered = {name: client.register_script(_source(name)) for name in _NAMES}
-        self._supervision_cas: AsyncScript = registered["supervision_cas"]
-        self._supervision_delete: AsyncScript = registered["supervision_delete"]
-        self._recording_put: AsyncScript = registered["recording_put"]
-        self._recording_delete: AsyncScript = registered["recording_delete"]
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(_source(name)) for name in _NAMES
+        }
+
+    async def _run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
+        return await self._scripts[name](keys=keys, args=args)
 
     async def supervision_cas(self, keys: list[str], args: list[str | int]) -> Any:
-        return await self._supervision_cas(keys=keys, args=args)
+        return await self._run("supervision_cas", keys, args)
 
-    async def supervision_delete(self, key: str, args: list[str | int]) -> Any:
-        return await self._supervision_delete(keys=[key], args=args)
+    async def supervision_delete(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("supervision_delete", keys, args)
 
-    async def recording_put(self, key: str, args: list[str | int]) -> Any:
-        return await self._recording_put(keys=[key], args=args)
+    async def recording_put(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("recording_put", keys, args)
 
-    async def recording_put_many(self, calls: list[tuple[str, list[str | int]]]) -> list[Any]:
-        """``recording_put`` once per ``(key, args)``, all in one pipeline (one
+    async def recording_put_many(self, calls: list[tuple[list[str], list[str | int]]]) -> list[Any]:
+        """``recording_put`` once per ``(keys, args)``, all in one pipeline (one
         round trip, not a transaction: each call is its own atomic script run).
         Raises the first error any call met."""
-        script = self._recording_put
+        script = self._scripts["recording_put"]
         client = script.registered_client
         for attempt in (1, 2):
             async with client.pipeline(transaction=False) as pipe:
-                for key, args in calls:
-                    pipe.evalsha(script.sha, 1, key, *args)
+                for keys, args in calls:
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
                 try:
                     return list(await pipe.execute())
                 except NoScriptError:
@@ -66,5 +87,14 @@ class Scripts:
                     await client.script_load(script.script)
         raise AssertionError("unreachable")
 
-    async def recording_delete(self, key: str, args: list[str | int]) -> Any:
-        return await self._recording_delete(keys=[key], args=args)
+    async def recording_delete(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("recording_delete", keys, args)
+
+    async def recording_fence(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("recording_fence", keys, args)
+
+    async def agent_state_save(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("agent_state_save", keys, args)
+
+    async def agent_state_fence(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("agent_state_fence", keys, args)

@@ -21,34 +21,38 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
 
     One hash per conversation, ``{prefix}stream-recording:{conversation}``
     (fields ``epoch``, ``message_id``, ``event`` JSON), overwritten by every
-    put. The fence (refuse a put below the stored epoch) and the write are one
-    Lua script; so is the guarded delete. A reader fetches the hash with one
-    command, so it never sees a torn record. Every put refreshes the
-    connection's ``stream_ttl`` on the record and announces the conversation on
-    the change channel, which ``wait_for_change`` listens to.
+    put. The fence lives beside it in ``{prefix}recording-fence:{conversation}``
+    (the highest epoch of any accepted put or ``fence``; no TTL, so neither the
+    record's ``delete`` nor its expiry lowers it). The fence check and the write
+    are one Lua script; so are ``fence`` and the guarded delete. A reader
+    fetches the hash with one command, so it never sees a torn record. Every
+    put refreshes the connection's ``stream_ttl`` on the record and announces
+    the conversation on the change channel, which ``wait_for_change`` listens
+    to. One fence key stays per conversation.
     """
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
     ) -> None:
-        """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher.
+        """Store ``event``; raise ``RecordingFencedError`` if the fence is higher.
 
         Epochs must lie within +-2^53 (``ValueError`` otherwise), where the
         script compares them exactly.
         """
-        key, args = self._script_call(RecordingPut(tenant, requester_uuid, session_id, event))
+        keys, args = self._script_call(RecordingPut(tenant, requester_uuid, session_id, event))
         scripts = self._connection.scripts
-        written, stored = await self._connection.call(
-            "put a recording", lambda: scripts.recording_put(key, args)
+        written, fence = await self._connection.call(
+            "put a recording", lambda: scripts.recording_put(keys, args)
         )
         if int(written) != 1:
             raise RecordingFencedError(
-                f"recording is at epoch {int(stored)}; a write at epoch {event.epoch} is fenced"
+                f"recording is fenced at epoch {int(fence)}; a write at epoch {event.epoch}"
+                " is refused"
             )
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
         """Every put in ONE round trip: a pipeline of the ``put`` script, one call
-        per put, each fenced on its own key and run in order. True per written
+        per put, each fenced by its own conversation's fence and run in order. True per written
         put, False per fenced one. Not a transaction: the first error (a damaged
         record) raises for the batch, after the other calls ran."""
         if not puts:
@@ -60,10 +64,9 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         )
         return [int(written) == 1 for written, _ in replies]
 
-    def _script_call(self, put: RecordingPut) -> tuple[str, list[str | int]]:
+    def _script_call(self, put: RecordingPut) -> tuple[list[str], list[str | int]]:
         event = put.event
-        if not -_EXACT_EPOCHS < event.epoch < _EXACT_EPOCHS:
-            raise ValueError(f"epoch {event.epoch} is out of the Redis backend's range (2^53)")
+        _check_range(event.epoch)
         connection = self._connection
         layout = connection.keys
         conversation = layout.conversation(put.tenant, put.requester_uuid, put.session_id)
@@ -75,7 +78,21 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
             layout.channel,
             conversation,
         ]
-        return layout.recording(conversation), args
+        return [layout.recording(conversation), layout.recording_fence(conversation)], args
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later put below ``epoch`` (within +-2^53, ``ValueError``
+        otherwise); the record is unchanged. One script: the fence never goes
+        down, and holds on a conversation without a record too."""
+        _check_range(epoch)
+        layout = self._connection.keys
+        key = layout.recording_fence(layout.conversation(tenant, requester_uuid, session_id))
+        scripts = self._connection.scripts
+        await self._connection.call(
+            "fence a recording", lambda: scripts.recording_fence([key], [str(epoch)])
+        )
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -96,14 +113,14 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
     async def delete(
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
     ) -> None:
-        """Remove the record iff it still belongs to ``message_id``."""
+        """Remove the record iff it still belongs to ``message_id``; its fence stays."""
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
-        key = layout.recording(conversation)
+        keys = [layout.recording(conversation), layout.recording_fence(conversation)]
+        args: list[str | int] = [message_id, layout.channel, conversation]
         scripts = self._connection.scripts
         await self._connection.call(
-            "delete a recording",
-            lambda: scripts.recording_delete(key, [message_id, layout.channel, conversation]),
+            "delete a recording", lambda: scripts.recording_delete(keys, args)
         )
 
     async def wait_for_change(
@@ -123,3 +140,8 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
         return await self._connection.wait_for_change(conversation, max_wait)
+
+
+def _check_range(epoch: int) -> None:
+    if not -_EXACT_EPOCHS < epoch < _EXACT_EPOCHS:
+        raise ValueError(f"epoch {epoch} is out of the Redis backend's range (2^53)")

@@ -24,6 +24,12 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     heartbeat; the rows of finished or abandoned turns expire) and publishes the
     conversation on the change channel, which wakes followers on any replica.
 
+    Beside each row, ``{prefix}supervision-epoch:{conversation}`` holds the
+    highest epoch ever written for the conversation (``last_epoch``). The same
+    script that writes the row raises it, and it has no TTL, so neither the
+    row's ``delete`` nor its expiry loses it: a claim (``expected_epoch=None``)
+    at an epoch not above it is refused. One such key stays per conversation.
+
     A call the client resends after losing the reply (the driver retries once on
     a timeout) recognises its own earlier write by a per-call token and reports
     it as written, instead of refusing it as a stale epoch.
@@ -37,7 +43,8 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         expected_epoch: int | None,
         supervision: ChatStreamSupervision,
     ) -> bool:
-        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no
+        row, and ``supervision.epoch`` above ``last_epoch``)."""
         swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
         (written,) = await self._swap([swap])
         return written
@@ -53,12 +60,29 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         Redis Cluster caveat: a script may only touch keys of one hash slot, and
         these keys carry no hash tag, so on a cluster this call would fail with
         CROSSSLOT. This backend takes a standalone (or Sentinel-managed)
-        ``redis.asyncio.Redis``; a cluster port would group swaps by slot and
-        send one script call per group (or a pipeline of single-key calls).
+        ``redis.asyncio.Redis``; a cluster port would hash-tag the conversation
+        (a row and its epoch key must share a slot), group swaps by slot and
+        send one script call per group.
         """
         if not swaps:
             return []
         return await self._swap(swaps)
+
+    async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
+        """The highest epoch ever written for the conversation, ``0`` when none;
+        kept when the row is deleted or expires. One GET."""
+        layout = self._connection.keys
+        key = layout.supervision_epoch(layout.conversation(tenant, requester_uuid, session_id))
+        client = self._connection.client
+        stored = await self._connection.call(
+            "read a conversation's last epoch", lambda: client.get(key)
+        )
+        if stored is None:
+            return 0
+        try:
+            return int(stored)
+        except ValueError as error:
+            raise corrupt(key, f"holds no epoch ({error})") from error
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -83,14 +107,15 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         message_id: str,
         epoch: int,
     ) -> None:
-        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``;
+        the conversation's ``last_epoch`` stays."""
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
         args: list[str | int] = [message_id, str(epoch), layout.channel, conversation]
-        key = layout.supervision(conversation)
+        keys = [layout.supervision(conversation), layout.supervision_epoch(conversation)]
         scripts = self._connection.scripts
         await self._connection.call(
-            "delete a supervision row", lambda: scripts.supervision_delete(key, args)
+            "delete a supervision row", lambda: scripts.supervision_delete(keys, args)
         )
 
     async def _swap(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
@@ -100,7 +125,7 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         for swap in swaps:
             conversation = layout.conversation(swap.tenant, swap.requester_uuid, swap.session_id)
             row = swap.supervision
-            keys.append(layout.supervision(conversation))
+            keys += [layout.supervision(conversation), layout.supervision_epoch(conversation)]
             expected = "" if swap.expected_epoch is None else str(swap.expected_epoch)
             args += [expected, str(row.epoch), row.message_id, row.model_dump_json(), conversation]
         scripts = self._connection.scripts

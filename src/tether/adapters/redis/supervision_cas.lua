@@ -1,10 +1,15 @@
 -- Compare-and-swap of supervision rows: one swap, or a batch in one round trip.
 --
 -- A row is a hash: epoch (decimal), message_id, row (the JSON document), token.
--- Each swap is decided on its own, in order, so a batch behaves exactly like the
--- same swaps made one by one; it is not a transaction across rows.
+-- Beside it, a string without TTL holds the highest epoch ever written for the
+-- conversation; every accepted swap raises it, so the row's delete or expiry
+-- never loses it, and a claim of a conversation with no row (expected '') is
+-- refused unless its epoch is above it. Each swap is decided on its own, in
+-- order, so a batch behaves exactly like the same swaps made one by one; it is
+-- not a transaction across rows. (Prepended: _epochs.lua.)
 --
--- KEYS[i]   the row of swap i
+-- KEYS[2 * i - 1]   the row of swap i
+-- KEYS[2 * i]       the highest epoch of swap i's conversation
 -- ARGV[1]   TTL in seconds, set on every row written (rows of dead turns expire)
 -- ARGV[2]   the change channel
 -- ARGV[3]   a token unique to this call
@@ -17,11 +22,13 @@
 
 local ttl, channel, call = ARGV[1], ARGV[2], ARGV[3]
 local written = {}
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS / 2 do
+  local key, epoch_key = KEYS[2 * i - 1], KEYS[2 * i]
   local at = 4 + 5 * (i - 1)
-  local expected = ARGV[at]
+  local expected, epoch = ARGV[at], ARGV[at + 1]
   local token = call .. '#' .. i
   local stored = redis.call('HMGET', key, 'epoch', 'token')
+  local last = epoch_at(epoch_key)
   local matches
   if stored[2] == token then
     -- The client resent this very call after losing its reply (a retry on a
@@ -31,16 +38,21 @@ for i, key in ipairs(KEYS) do
     if redis.call('EXISTS', key) == 1 then
       return redis.error_reply('CORRUPT supervision row without an epoch: ' .. key)
     end
-    matches = expected == ''
+    -- No row: a claim, of an epoch never granted before (the row may be gone).
+    matches = expected == '' and above(epoch, last)
   else
     -- Decimal strings written by the same client: string equality is exact for
     -- any integer, where a Lua number would round beyond 2^53.
     matches = stored[1] == expected
+    if matches and string.find(stored[1], '^%-?%d+$') then
+      last = highest(last, stored[1]) -- a row written before the epoch key existed
+    end
   end
   if matches then
-    redis.call('HSET', key, 'epoch', ARGV[at + 1], 'message_id', ARGV[at + 2],
+    redis.call('HSET', key, 'epoch', epoch, 'message_id', ARGV[at + 2],
       'row', ARGV[at + 3], 'token', token)
     redis.call('EXPIRE', key, ttl)
+    redis.call('SET', epoch_key, highest(last, epoch))
     redis.call('PUBLISH', channel, ARGV[at + 4])
     written[i] = 1
   else

@@ -1,6 +1,10 @@
 -- Delete a supervision row only if it still holds exactly this turn at this epoch.
 --
+-- The conversation's highest epoch stays (raised to the row's, should an older
+-- row have been written before that key existed). (Prepended: _epochs.lua.)
+--
 -- KEYS[1]   the row (hash: epoch, message_id, row, token)
+-- KEYS[2]   the conversation's highest epoch (string, no TTL)
 -- ARGV[1]   message_id        ARGV[2]   epoch (decimal)
 -- ARGV[3]   the change channel
 -- ARGV[4]   the conversation, published when the row is removed
@@ -9,6 +13,10 @@
 
 local stored = redis.call('HMGET', KEYS[1], 'message_id', 'epoch')
 if stored[1] == ARGV[1] and stored[2] == ARGV[2] then
+  local last = epoch_at(KEYS[2])
+  if above(ARGV[2], last) then
+    redis.call('SET', KEYS[2], ARGV[2])
+  end
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return 1

@@ -41,6 +41,10 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
     durable lane, so it is atomic across processes and fsynced when it returns.
     ``clock`` stamps ``created_at``/``updated_at``; it is read inside the write
     transaction (from the database's thread), so stamps follow commit order.
+
+    The fence of a conversation is part of its record (``fence_epoch``), so
+    ``append_fenced`` checks it and appends in that same transaction, and it
+    goes with the conversation when the conversation is deleted.
     """
 
     def __init__(self, database: SQLiteDatabase, clock: Clock = utc_now) -> None:
@@ -85,6 +89,66 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
                 _write(connection, updated)
 
         await self._database.write(Lane.DURABLE, append)
+
+    async def append_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        agent_identifier: str,
+        messages: list[ChatMessage],
+        *,
+        epoch: int,
+        user_roles: list[str] | None = None,
+        user_tenants: list[str] | None = None,
+        bot_params: dict[str, Any] | None = None,
+        last_turn_status: LastTurnStatus | None = None,
+        create_if_absent: bool = True,
+        conversation_context: ConversationContext | None = None,
+    ) -> bool:
+        """``append_messages`` fenced by ``epoch`` and idempotent by ``message_id``:
+        False, changing nothing, when the fence is above ``epoch``; else raise the
+        fence, append the missing messages, set the status, and return True.
+        The check and the write are one transaction, durable when it returns."""
+        change = Append(
+            tenant=tenant,
+            requester_uuid=requester_uuid,
+            session_id=session_id,
+            agent_identifier=agent_identifier,
+            messages=messages,
+            user_roles=user_roles,
+            user_tenants=user_tenants,
+            user_agent_id=None,
+            bot_params=bot_params,
+            last_turn_status=last_turn_status,
+            create_if_absent=create_if_absent,
+            conversation_context=conversation_context,
+        )
+
+        def append(connection: sqlite3.Connection) -> bool:
+            current = _read(connection, tenant, session_id)
+            updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
+            if updated is not None:
+                _write(connection, updated)
+            return accepted
+
+        return await self._database.write(Lane.DURABLE, append)
+
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later ``append_fenced`` below ``epoch`` (the fence never
+        falls); a no-op when no conversation exists. Durable when it returns."""
+
+        def fence(connection: sqlite3.Connection) -> None:
+            record = _read(connection, tenant, session_id)
+            # Unchanged rows are not rewritten: a repeated fence costs no write.
+            if record is None or record.fence_epoch >= epoch:
+                return
+            record.fence_epoch = epoch
+            _write(connection, record)
+
+        await self._database.write(Lane.DURABLE, fence)
 
     async def set_last_turn_status(
         self,

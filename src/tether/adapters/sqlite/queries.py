@@ -67,6 +67,51 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             ON conversation (tenant, owner_uuid, updated_us DESC, session_id)
         """,
     ),
+    # Version 2: fences that outlive the rows they guard. Each is one row per
+    # conversation in a table of its own, so the existing rows keep their shape
+    # and a ``delete`` of a row leaves its fence in place. The two stream tables
+    # start from the epochs already stored, so an upgraded file forgets none;
+    # a conversation's fence lives in its record (``fence_epoch``, default 0).
+    (
+        # The highest supervision epoch ever written per conversation.
+        """
+        CREATE TABLE stream_epoch (
+            tenant BLOB NOT NULL,
+            requester_uuid BLOB NOT NULL,
+            session_id BLOB NOT NULL,
+            epoch INTEGER NOT NULL,
+            PRIMARY KEY (tenant, requester_uuid, session_id)
+        ) STRICT
+        """,
+        """
+        INSERT INTO stream_epoch (tenant, requester_uuid, session_id, epoch)
+        SELECT tenant, requester_uuid, session_id, epoch FROM stream_supervision
+        """,
+        # The highest epoch of any accepted recording put or ``fence`` per conversation.
+        """
+        CREATE TABLE stream_fence (
+            tenant BLOB NOT NULL,
+            requester_uuid BLOB NOT NULL,
+            session_id BLOB NOT NULL,
+            epoch INTEGER NOT NULL,
+            PRIMARY KEY (tenant, requester_uuid, session_id)
+        ) STRICT
+        """,
+        """
+        INSERT INTO stream_fence (tenant, requester_uuid, session_id, epoch)
+        SELECT tenant, requester_uuid, session_id, epoch FROM stream_recording
+        """,
+        # The highest epoch of any accepted ``save_fenced`` or ``fence`` per conversation.
+        """
+        CREATE TABLE agent_state_fence (
+            tenant BLOB NOT NULL,
+            user_uuid BLOB NOT NULL,
+            session_id BLOB NOT NULL,
+            epoch INTEGER NOT NULL,
+            PRIMARY KEY (tenant, user_uuid, session_id)
+        ) STRICT
+        """,
+    ),
 )
 """Migration ``n`` (1-based) brings the schema from version ``n - 1`` to ``n``.
 Append new migrations; never edit one that has shipped."""
@@ -108,9 +153,26 @@ STATE_SAVE = """
     VALUES (:tenant, :user, :session, :state)
     ON CONFLICT (tenant, user_uuid, session_id) DO UPDATE SET state = excluded.state
 """
+# The blob only: the fence stays in agent_state_fence.
 STATE_DELETE = """
     DELETE FROM agent_state
     WHERE tenant = :tenant AND user_uuid = :user AND session_id = :session
+"""
+# A fenced save first raises the fence to its own epoch, only where the fence
+# is not above it: the row count (0 for an upsert whose WHERE fails) says
+# whether the save may write, and nothing else has to be read first.
+STATE_ADVANCE_FENCE = """
+    INSERT INTO agent_state_fence (tenant, user_uuid, session_id, epoch)
+    VALUES (:tenant, :user, :session, :epoch)
+    ON CONFLICT (tenant, user_uuid, session_id) DO UPDATE SET epoch = excluded.epoch
+        WHERE excluded.epoch >= agent_state_fence.epoch
+"""
+# ``fence`` only ever raises it.
+STATE_RAISE_FENCE = """
+    INSERT INTO agent_state_fence (tenant, user_uuid, session_id, epoch)
+    VALUES (:tenant, :user, :session, :epoch)
+    ON CONFLICT (tenant, user_uuid, session_id) DO UPDATE
+        SET epoch = max(agent_state_fence.epoch, excluded.epoch)
 """
 
 # Stream supervision -------------------------------------------------------------------
@@ -119,11 +181,21 @@ SUPERVISION_READ = """
     SELECT epoch, message_id, status, heartbeat_at FROM stream_supervision
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
 """
-# A claim (expected epoch None) writes only where no row exists ...
+# The highest epoch ever written, also once the row is gone.
+SUPERVISION_LAST_EPOCH = """
+    SELECT epoch FROM stream_epoch
+    WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
+"""
+# A claim (expected epoch None) writes only where no row exists, and only at an
+# epoch above every epoch granted before (a removed row's stays in stream_epoch) ...
 SUPERVISION_CLAIM = """
     INSERT INTO stream_supervision
         (tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at)
-    VALUES (:tenant, :user, :session, :epoch, :message_id, :status, :heartbeat_at)
+    SELECT :tenant, :user, :session, :epoch, :message_id, :status, :heartbeat_at
+    WHERE :epoch > coalesce((
+        SELECT epoch FROM stream_epoch
+        WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
+    ), 0)
     ON CONFLICT (tenant, requester_uuid, session_id) DO NOTHING
 """
 # ... and every other swap only where the row holds the expected epoch. Either
@@ -135,6 +207,15 @@ SUPERVISION_SWAP = """
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
         AND epoch = :expected_epoch
 """
+# Run after every write that succeeded, in its transaction: the highest epoch
+# only grows, even when a swap writes a lower one.
+SUPERVISION_RECORD_EPOCH = """
+    INSERT INTO stream_epoch (tenant, requester_uuid, session_id, epoch)
+    VALUES (:tenant, :user, :session, :epoch)
+    ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE
+        SET epoch = max(stream_epoch.epoch, excluded.epoch)
+"""
+# The row only: its epoch stays in stream_epoch.
 SUPERVISION_DELETE = """
     DELETE FROM stream_supervision
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
@@ -147,9 +228,25 @@ RECORDING_READ = """
     SELECT epoch, message_id, stream_index, message FROM stream_recording
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
 """
-RECORDING_EPOCH = """
-    SELECT epoch FROM stream_recording
+RECORDING_FENCE = """
+    SELECT epoch FROM stream_fence
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
+"""
+# A put first moves the fence to its own epoch, only where the fence is not
+# above it: the row count (0 for an upsert whose WHERE fails) says whether the
+# put may write. Accepted epochs never fall, so this only ever raises it.
+RECORDING_ADVANCE_FENCE = """
+    INSERT INTO stream_fence (tenant, requester_uuid, session_id, epoch)
+    VALUES (:tenant, :user, :session, :epoch)
+    ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE SET epoch = excluded.epoch
+        WHERE excluded.epoch >= stream_fence.epoch
+"""
+# ``fence`` only ever raises it, and leaves the record alone.
+RECORDING_RAISE_FENCE = """
+    INSERT INTO stream_fence (tenant, requester_uuid, session_id, epoch)
+    VALUES (:tenant, :user, :session, :epoch)
+    ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE
+        SET epoch = max(stream_fence.epoch, excluded.epoch)
 """
 RECORDING_PUT = """
     INSERT INTO stream_recording
@@ -159,6 +256,7 @@ RECORDING_PUT = """
         epoch = excluded.epoch, message_id = excluded.message_id,
         stream_index = excluded.stream_index, message = excluded.message
 """
+# The record only: the fence stays in stream_fence.
 RECORDING_DELETE = """
     DELETE FROM stream_recording
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session

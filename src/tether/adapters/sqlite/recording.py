@@ -22,15 +22,20 @@ from tether.domain.store_errors import StoreCorruptedError
 
 
 class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
-    """``ChatStreamRecordingStore`` in the ``stream_recording`` table.
+    """``ChatStreamRecordingStore`` in the ``stream_recording`` table, fenced by
+    the ``stream_fence`` table.
 
-    ``put`` reads the stored epoch and upserts inside one ``BEGIN IMMEDIATE``
-    transaction, so no other process can slip a write between the fence check
-    and the write; a lower epoch raises ``RecordingFencedError`` and changes
-    nothing. A row is replaced whole in one statement, so readers never see a
-    torn record. Stream lane: atomic, not fsynced (rewritten every half second).
-    ``put_many`` makes a whole batch of puts in one such transaction, each
-    still fenced on its own row.
+    The fence of a conversation (the highest epoch of any accepted put or
+    ``fence``) is a row of its own, so ``delete`` removes the record and leaves
+    the fence, and a fence holds on a conversation with no record. ``put``
+    moves the fence to its epoch with a statement that refuses to lower it,
+    and upserts the record only if that statement wrote, both inside one
+    ``BEGIN IMMEDIATE`` transaction, so no other process can slip a write
+    between the fence check and the write; a lower epoch raises
+    ``RecordingFencedError`` and changes nothing. A row is replaced whole in one
+    statement, so readers never see a torn record. Stream lane: atomic, not
+    fsynced (rewritten every half second). ``put_many`` makes a whole batch of
+    puts in one such transaction, each still fenced on its own conversation.
 
     No push channel: ``wait_for_change`` keeps the default, and followers on
     other processes poll, which costs one indexed read per poll.
@@ -39,22 +44,24 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
     ) -> None:
-        """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
+        """Store ``event`` and raise the fence to its epoch; raise
+        ``RecordingFencedError`` and change nothing if the fence is higher."""
         batch = [RecordingPut(tenant, requester_uuid, session_id, event)]
-        (stored,) = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
-        if stored is not None:
+        (fence,) = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
+        if fence is not None:
             raise RecordingFencedError(
-                f"recording is at epoch {stored}; a write at epoch {event.epoch} is fenced"
+                f"recording is fenced at epoch {fence}; a write at epoch {event.epoch} is refused"
             )
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
-        """Every put in one transaction (one lock, one commit), each fenced on its
-        own row; True per written put, False per fenced one, in order."""
+        """Every put in one transaction (one lock, one commit), in order, each
+        fenced by its own conversation's fence; True per written put, False per
+        fenced one."""
         if not puts:
             return []
         batch = list(puts)
-        fenced = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
-        return [stored is None for stored in fenced]
+        fences = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
+        return [fence is None for fence in fences]
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -67,7 +74,7 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
     async def delete(
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
     ) -> None:
-        """Remove the record iff it still belongs to ``message_id``."""
+        """Remove the record iff it still belongs to ``message_id``; the fence stays."""
         values = {
             **RowKey(tenant, requester_uuid, session_id).params(),
             "message_id": _codec.key(message_id),
@@ -76,9 +83,19 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
             Lane.STREAM, lambda c: c.execute(queries.RECORDING_DELETE, values)
         )
 
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse every later put below ``epoch`` (the fence never falls); the
+        record, if any, is unchanged. One statement, committed when it returns."""
+        values = {**RowKey(tenant, requester_uuid, session_id).params(), "epoch": epoch}
+        await self._database.write(
+            Lane.STREAM, lambda c: c.execute(queries.RECORDING_RAISE_FENCE, values)
+        )
 
-_Put = tuple[dict[str, bytes], dict[str, object], int]
-"""A put's row key parameters, its values, and its epoch."""
+
+_Put = tuple[dict[str, bytes], dict[str, object]]
+"""A put's row key parameters, and its values."""
 
 
 def _values(put: RecordingPut) -> _Put:
@@ -91,21 +108,24 @@ def _values(put: RecordingPut) -> _Put:
         "stream_index": event.index,
         "message": _codec.dump_model(event.message),
     }
-    return key, values, event.epoch
+    return key, values
 
 
 def _put_all(connection: sqlite3.Connection, batch: list[RecordingPut]) -> list[int | None]:
-    """Each put unless fenced; per put, None when written or the stored (higher)
-    epoch that fenced it. Serializes in the lane's thread, off the event loop."""
-    fenced: list[int | None] = []
-    for key, values, epoch in map(_values, batch):
-        found = connection.execute(queries.RECORDING_EPOCH, key).fetchone()
-        if found is not None and epoch < found[0]:
-            fenced.append(found[0])
+    """Each put unless fenced; per put, None when written or the (higher) fence
+    that refused it. Run inside one transaction, so each fence check and its
+    write are atomic; serializes in the lane's thread, off the event loop."""
+    fences: list[int | None] = []
+    for key, values in map(_values, batch):
+        if connection.execute(queries.RECORDING_ADVANCE_FENCE, values).rowcount == 1:
+            connection.execute(queries.RECORDING_PUT, values)
+            fences.append(None)
             continue
-        connection.execute(queries.RECORDING_PUT, values)
-        fenced.append(None)
-    return fenced
+        # Refused: the fence row exists and is above the put (no other case
+        # leaves the upsert without a row); read it for the error message.
+        (fence,) = connection.execute(queries.RECORDING_FENCE, key).fetchone()
+        fences.append(fence)
+    return fences
 
 
 def _read(connection: sqlite3.Connection, row: RowKey) -> RecordedStreamEvent | None:

@@ -22,13 +22,19 @@ from tether.domain.store_errors import StoreCorruptedError
 class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
     """``ChatStreamSupervisionStore`` in the ``stream_supervision`` table.
 
-    The epoch guard is in the statement itself: a claim is ``INSERT ... ON
-    CONFLICT DO NOTHING``, any other swap ``UPDATE ... WHERE epoch = expected``,
-    a delete ``DELETE ... WHERE message_id = ? AND epoch = ?``; the row count
-    says whether it wrote. Each runs in a ``BEGIN IMMEDIATE`` transaction on the
-    stream lane (atomic, not fsynced: the row is rewritten every second).
-    ``compare_and_swap_many`` runs a whole batch of swaps in one transaction,
-    each still guarded by its own epoch.
+    The epoch guard is in the statement itself: a claim is ``INSERT ... SELECT
+    ... WHERE epoch > last epoch ON CONFLICT DO NOTHING``, any other swap
+    ``UPDATE ... WHERE epoch = expected``, a delete ``DELETE ... WHERE
+    message_id = ? AND epoch = ?``; the row count says whether it wrote. Each
+    runs in a ``BEGIN IMMEDIATE`` transaction on the stream lane (atomic, not
+    fsynced: the row is rewritten every second). ``compare_and_swap_many`` runs
+    a whole batch of swaps in one transaction, each still guarded by its own
+    epoch.
+
+    Epochs only grow: every write that succeeds also raises the conversation's
+    row in ``stream_epoch``, in the same transaction, and ``delete`` leaves
+    that row, so ``last_epoch`` outlives the supervision row and a claim can
+    never reuse an epoch granted before the row was removed.
     """
 
     async def compare_and_swap(
@@ -39,7 +45,9 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
         expected_epoch: int | None,
         supervision: ChatStreamSupervision,
     ) -> bool:
-        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
+        """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no
+        row, and ``supervision.epoch`` above ``last_epoch``), atomically with the
+        check; an accepted write raises ``last_epoch`` in the same transaction."""
         swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
         (wrote,) = await self._database.write(Lane.STREAM, lambda c: _swap_all(c, [swap]))
         return wrote
@@ -51,6 +59,15 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
             return []
         batch = list(swaps)
         return await self._database.write(Lane.STREAM, lambda c: _swap_all(c, batch))
+
+    async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
+        """The highest epoch ever written for the conversation, also after its row
+        was deleted; ``0`` when none was."""
+        where = RowKey(tenant, requester_uuid, session_id).params()
+        found = await self._database.read(
+            Lane.STREAM, lambda c: c.execute(queries.SUPERVISION_LAST_EPOCH, where).fetchone()
+        )
+        return 0 if found is None else int(found[0])
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -68,7 +85,8 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
         message_id: str,
         epoch: int,
     ) -> None:
-        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
+        """Remove the row iff it still holds exactly ``message_id`` at ``epoch``;
+        its epoch stays, as ``last_epoch``."""
         values = {
             **RowKey(tenant, requester_uuid, session_id).params(),
             "message_id": _codec.key(message_id),
@@ -95,7 +113,12 @@ def _swap_all(connection: sqlite3.Connection, swaps: list[SupervisionSwap]) -> l
         else:
             values["expected_epoch"] = swap.expected_epoch
             cursor = connection.execute(queries.SUPERVISION_SWAP, values)
-        results.append(cursor.rowcount == 1)
+        wrote = cursor.rowcount == 1
+        if wrote:
+            # Same transaction as the write: no reader, and no claim after a
+            # delete, can ever see the row's epoch without it being remembered.
+            connection.execute(queries.SUPERVISION_RECORD_EPOCH, values)
+        results.append(wrote)
     return results
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from tether.adapters._files import (
     RowFiles,
     exclusive_lock,
-    read_model,
-    remove_file,
+    read_json,
     row_files,
     run_in_thread,
     store_root,
@@ -21,6 +24,10 @@ from tether.domain.chat_stream_recording_store import (
     RecordingFencedError,
     RecordingPut,
 )
+from tether.domain.store_errors import StoreCorruptedError
+
+_FENCE = "fence"
+"""The key of the conversation's fence, kept in the record's document."""
 
 
 class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
@@ -35,6 +42,12 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
     ``put_many`` makes a batch of puts in one thread call, each under its own
     lock (the cost is the files, not the round trips: a thread hop per put
     would add a queue of a thousand hops behind the event loop's other work).
+
+    The document is the record plus ``"fence"``, the highest epoch of any
+    accepted put or ``fence``, written in the same replace. ``delete`` and a
+    ``fence`` of a conversation with no record leave a document holding only
+    ``{"fence": n}``, so the fence outlives the record. A document without the
+    key (written before fences were kept) is fenced at its record's epoch.
     """
 
     def __init__(self, base_path: str | os.PathLike[str]) -> None:
@@ -68,7 +81,7 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
     ) -> RecordedStreamEvent | None:
         """The stored record, or None. Lock-free: replace makes every read whole."""
         files = self._files(tenant, requester_uuid, session_id)
-        return await run_in_thread(read_model, files.data, RecordedStreamEvent)
+        return await run_in_thread(_read_record, files.data)
 
     async def delete(
         self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
@@ -77,21 +90,56 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
         files = self._files(tenant, requester_uuid, session_id)
         await run_in_thread(_delete, files, message_id)
 
+    async def fence(
+        self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
+    ) -> None:
+        """Refuse later puts below ``epoch``; the record is unchanged."""
+        files = self._files(tenant, requester_uuid, session_id)
+        await run_in_thread(_fence, files, epoch)
+
     def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> RowFiles:
         return row_files(self._base, "stream-recording", tenant, requester_uuid or "", session_id)
 
 
-def _put(files: RowFiles, epoch: int, document: object) -> None:
+def _load(path: Path) -> tuple[RecordedStreamEvent | None, int]:
+    """The record (None: no record, or only a fence) and the conversation's fence."""
+    document = read_json(path)
+    if document is None:
+        return None, 0
+    if isinstance(document, dict) and document.keys() == {_FENCE}:
+        return None, _fence_of(path, document)
+    try:
+        record = RecordedStreamEvent.model_validate(document)
+    except ValidationError as exc:
+        raise StoreCorruptedError(
+            f"{path} does not hold a valid RecordedStreamEvent ({exc}); left as is"
+        ) from exc
+    kept = _fence_of(path, document) if _FENCE in document else 0
+    return record, max(record.epoch, kept)
+
+
+def _fence_of(path: Path, document: dict[str, Any]) -> int:
+    fence = document[_FENCE]
+    if not isinstance(fence, int) or isinstance(fence, bool):
+        raise StoreCorruptedError(f"{path} holds a {_FENCE} that is no integer; left as is")
+    return fence
+
+
+def _read_record(path: Path) -> RecordedStreamEvent | None:
+    return _load(path)[0]
+
+
+def _put(files: RowFiles, epoch: int, document: dict[str, Any]) -> None:
     with exclusive_lock(files.lock):
-        current = read_model(files.data, RecordedStreamEvent)
-        if current is not None and epoch < current.epoch:
+        _, fence = _load(files.data)
+        if epoch < fence:
             raise RecordingFencedError(
-                f"recording is at epoch {current.epoch}; a write at epoch {epoch} is fenced"
+                f"recording is fenced at epoch {fence}; a write at epoch {epoch} is refused"
             )
-        write_json(files.data, document, durable=False)
+        write_json(files.data, {**document, _FENCE: epoch}, durable=False)
 
 
-def _put_all(batch: Sequence[tuple[RowFiles, int, object]]) -> list[bool]:
+def _put_all(batch: Sequence[tuple[RowFiles, int, dict[str, Any]]]) -> list[bool]:
     results: list[bool] = []
     for files, epoch, document in batch:
         try:
@@ -103,8 +151,18 @@ def _put_all(batch: Sequence[tuple[RowFiles, int, object]]) -> list[bool]:
     return results
 
 
+def _fence(files: RowFiles, epoch: int) -> None:
+    with exclusive_lock(files.lock):
+        current, fence = _load(files.data)
+        if epoch <= fence:
+            return  # a fence never goes down
+        document = {} if current is None else current.model_dump(mode="json")
+        write_json(files.data, {**document, _FENCE: epoch}, durable=False)
+
+
 def _delete(files: RowFiles, message_id: str) -> None:
     with exclusive_lock(files.lock):
-        current = read_model(files.data, RecordedStreamEvent)
+        current, fence = _load(files.data)
         if current is not None and current.message_id == message_id:
-            remove_file(files.data, durable=False)
+            # Only the fence stays: a paused producer must not record again.
+            write_json(files.data, {_FENCE: fence}, durable=False)

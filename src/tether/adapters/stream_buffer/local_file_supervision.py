@@ -7,12 +7,15 @@ import functools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from tether.adapters._files import (
     RowFiles,
     exclusive_lock,
-    read_model,
-    remove_file,
+    read_json,
     row_files,
     run_in_executor,
     run_in_thread,
@@ -24,6 +27,10 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
+from tether.domain.store_errors import StoreCorruptedError
+
+_LAST_EPOCH = "last_epoch"
+"""The key of the highest epoch ever written, kept in the row's document."""
 
 
 class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
@@ -36,6 +43,13 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     any number of processes sharing the directory see one winner per epoch.
     Writes are atomic (replace) but not fsynced: the row is rewritten every
     second, and on one node an OS crash takes every producer down with it.
+
+    The document is the row plus ``"last_epoch"``, the highest epoch ever written
+    for the conversation, kept in the same replace as the row. ``delete`` leaves
+    a tombstone holding only ``{"last_epoch": n}``, so epochs outlive their row
+    (``last_epoch``) and a claim of a conversation with no row must be above it.
+    A document without the key (written before epochs were kept) counts its
+    row's epoch.
 
     ``compare_and_swap_many`` (a replica's heartbeats) runs the whole batch in
     one call on a thread of this store's own, each swap under its own row lock:
@@ -59,7 +73,9 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
         files = self._files(tenant, requester_uuid, session_id)
         document = supervision.model_dump(mode="json")
-        return await run_in_thread(_compare_and_swap, files, expected_epoch, document)
+        return await run_in_thread(
+            _compare_and_swap, files, expected_epoch, supervision.epoch, document
+        )
 
     async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
         """Each swap guarded on its own row, in order, in one thread call."""
@@ -69,6 +85,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
             (
                 self._files(s.tenant, s.requester_uuid, s.session_id),
                 s.expected_epoch,
+                s.supervision.epoch,
                 s.supervision.model_dump(mode="json"),
             )
             for s in swaps
@@ -93,7 +110,13 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> ChatStreamSupervision | None:
         """The current row, or None. Lock-free: replace makes every read whole."""
         files = self._files(tenant, requester_uuid, session_id)
-        return await run_in_thread(read_model, files.data, ChatStreamSupervision)
+        return await run_in_thread(_read_row, files.data)
+
+    async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
+        """The highest epoch ever written, also after the row was deleted; 0 if none.
+        Lock-free, as ``read``."""
+        files = self._files(tenant, requester_uuid, session_id)
+        return await run_in_thread(_read_last_epoch, files.data)
 
     async def delete(
         self,
@@ -111,21 +134,62 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         return row_files(self._base, "stream-supervision", tenant, requester_uuid or "", session_id)
 
 
-def _compare_and_swap(files: RowFiles, expected_epoch: int | None, document: object) -> bool:
+def _load(path: Path) -> tuple[ChatStreamSupervision | None, int]:
+    """The row (None: no row, or a tombstone) and the highest epoch ever written."""
+    document = read_json(path)
+    if document is None:
+        return None, 0
+    if isinstance(document, dict) and document.keys() == {_LAST_EPOCH}:
+        return None, _epoch_of(path, document)
+    try:
+        row = ChatStreamSupervision.model_validate(document)
+    except ValidationError as exc:
+        raise StoreCorruptedError(
+            f"{path} does not hold a valid ChatStreamSupervision ({exc}); left as is"
+        ) from exc
+    kept = _epoch_of(path, document) if _LAST_EPOCH in document else 0
+    return row, max(row.epoch, kept)
+
+
+def _epoch_of(path: Path, document: dict[str, Any]) -> int:
+    epoch = document[_LAST_EPOCH]
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        raise StoreCorruptedError(f"{path} holds a {_LAST_EPOCH} that is no integer; left as is")
+    return epoch
+
+
+def _read_row(path: Path) -> ChatStreamSupervision | None:
+    return _load(path)[0]
+
+
+def _read_last_epoch(path: Path) -> int:
+    return _load(path)[1]
+
+
+def _compare_and_swap(
+    files: RowFiles, expected_epoch: int | None, epoch: int, document: dict[str, Any]
+) -> bool:
     with exclusive_lock(files.lock):
-        current = read_model(files.data, ChatStreamSupervision)
+        current, last_epoch = _load(files.data)
         if (None if current is None else current.epoch) != expected_epoch:
             return False
-        write_json(files.data, document, durable=False)
+        if current is None and epoch <= last_epoch:
+            return False  # that epoch was granted before the row was removed
+        stored = {**document, _LAST_EPOCH: max(last_epoch, epoch)}
+        write_json(files.data, stored, durable=False)
         return True
 
 
-def _swap_all(batch: Sequence[tuple[RowFiles, int | None, object]]) -> list[bool]:
-    return [_compare_and_swap(files, expected, document) for files, expected, document in batch]
+def _swap_all(batch: Sequence[tuple[RowFiles, int | None, int, dict[str, Any]]]) -> list[bool]:
+    return [
+        _compare_and_swap(files, expected, epoch, document)
+        for files, expected, epoch, document in batch
+    ]
 
 
 def _delete(files: RowFiles, message_id: str, epoch: int) -> None:
     with exclusive_lock(files.lock):
-        current = read_model(files.data, ChatStreamSupervision)
+        current, last_epoch = _load(files.data)
         if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
-            remove_file(files.data, durable=False)
+            # A tombstone, not a removal: the conversation's epochs outlive the row.
+            write_json(files.data, {_LAST_EPOCH: last_epoch}, durable=False)

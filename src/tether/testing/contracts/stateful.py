@@ -3,9 +3,10 @@
 A state machine claims, heartbeats, takes over and deletes supervision rows, and
 puts and deletes recordings at lower, equal and higher epochs, on two
 conversations sharing a session id in two tenants. After every step the stores
-must equal a small model of the seed's rules, and no write may be accepted at an
-epoch below one already accepted (design invariant 1; a deleted row or record
-starts over, since nothing remains to fence against).
+must equal a small model of the rules, and no write may be accepted at an epoch
+below one already accepted (design invariant 1), also after the row or record
+was deleted: a claim of a conversation with no row must be above every epoch
+ever written, and a put must not be below any epoch ever put or fenced.
 
 Provide both stores as factories (zero-argument callables; see ``StoreFactory``)::
 
@@ -62,8 +63,8 @@ class _StreamStoresMachine(RuleBasedStateMachine):
         self._keys = [(tenant, "user", "session"), (f"{tenant}-other", "user", "session")]
         self._rows: list[ChatStreamSupervision | None] = [None, None]
         self._records: list[RecordedStreamEvent | None] = [None, None]
-        # Highest epoch accepted since the row / record last came into being: the
-        # fence of design invariant 1, checked on every accepted write.
+        # Highest epoch ever accepted, also across deletes: the fence of design
+        # invariant 1, checked on every accepted write.
         self._row_floor = [0, 0]
         self._record_floor = [0, 0]
         self._step = 0
@@ -75,12 +76,12 @@ class _StreamStoresMachine(RuleBasedStateMachine):
 
     def _cas(self, key: int, expected: int | None, row: ChatStreamSupervision) -> None:
         current = self._rows[key]
-        should_write = (None if current is None else current.epoch) == expected
+        should_write = (None if current is None else current.epoch) == expected and (
+            current is not None or row.epoch > self._row_floor[key]
+        )
         wrote = self._loop.run(self._supervision.compare_and_swap(*self._keys[key], expected, row))
         assert wrote is should_write, f"CAS expected={expected} over {current} returned {wrote}"
         if wrote:
-            if current is None:
-                self._row_floor[key] = row.epoch
             assert row.epoch >= self._row_floor[key], "a write below an accepted epoch got in"
             self._row_floor[key] = row.epoch
             self._rows[key] = row
@@ -128,7 +129,8 @@ class _StreamStoresMachine(RuleBasedStateMachine):
     def _existing_row(self, key: int) -> ChatStreamSupervision:
         # A wrong-ids delete only tells something when there is a row to spare.
         if self._rows[key] is None:
-            self._cas(key, None, self._row(1, "m-a", ChatStreamStatus.RUNNING))
+            epoch = self._row_floor[key] + 1  # a claim continues after every past epoch
+            self._cas(key, None, self._row(epoch, "m-a", ChatStreamStatus.RUNNING))
         current = self._rows[key]
         assert current is not None
         return current
@@ -154,16 +156,13 @@ class _StreamStoresMachine(RuleBasedStateMachine):
             message_id=message_id,
             epoch=epoch,
         )
-        should_write = current is None or epoch >= current.epoch
+        should_write = epoch >= self._record_floor[key]
         try:
             self._loop.run(self._recording.put(*self._keys[key], event))
         except RecordingFencedError:
             assert not should_write, f"put at epoch {epoch} over {current} was fenced"
             return
         assert should_write, f"put at epoch {epoch} over {current} was accepted"
-        if current is None:
-            self._record_floor[key] = epoch
-        assert epoch >= self._record_floor[key], "a put below an accepted epoch got in"
         self._record_floor[key] = epoch
         self._records[key] = event
 
@@ -190,7 +189,7 @@ class _StreamStoresMachine(RuleBasedStateMachine):
     @rule(key=_KEYS)
     def delete_record_with_a_wrong_message_id(self, key: int) -> None:
         if self._records[key] is None:
-            self._put(key, 1, "m-a")
+            self._put(key, max(1, self._record_floor[key]), "m-a")
         current = self._records[key]
         assert current is not None
         self._delete_record(key, f"{current.message_id}-other")

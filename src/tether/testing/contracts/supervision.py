@@ -218,28 +218,28 @@ class ChatStreamSupervisionStoreContract:
     ) -> None:
         swaps = [
             SupervisionSwap(tenant, tricky, tricky, None, _row(number, "m"))
-            for number, tricky in enumerate(self.tricky_ids)
+            for number, tricky in enumerate(self.tricky_ids, start=1)
         ]
         assert await store.compare_and_swap_many(swaps) == [True] * len(swaps)
-        for number, tricky in enumerate(self.tricky_ids):
+        for number, tricky in enumerate(self.tricky_ids, start=1):
             assert await store.read(tenant, tricky, tricky) == _row(number, "m")
 
     async def test_tricky_ids_are_stored_and_read_back_separately(
         self, store: ChatStreamSupervisionStore, tenant: str
     ) -> None:
         session = unique("session")
-        for number, tricky in enumerate(self.tricky_ids):
+        for number, tricky in enumerate(self.tricky_ids, start=1):
             assert await store.compare_and_swap(tenant, "u", tricky, None, _row(number, "s"))
             assert await store.compare_and_swap(tenant, tricky, session, None, _row(number, "u"))
             assert await store.compare_and_swap(tricky, "u", session, None, _row(number, "t"))
-        for number, tricky in enumerate(self.tricky_ids):
+        for number, tricky in enumerate(self.tricky_ids, start=1):
             assert await store.read(tenant, "u", tricky) == _row(number, "s")
             assert await store.read(tenant, tricky, session) == _row(number, "u")
             assert await store.read(tricky, "u", session) == _row(number, "t")
-        for number, tricky in enumerate(self.tricky_ids):
+        for number, tricky in enumerate(self.tricky_ids, start=1):
             await store.delete(tricky, "u", session, "t", number)
             assert await store.read(tricky, "u", session) is None
-        assert await store.read(tenant, "u", self.tricky_ids[0]) == _row(0, "s")
+        assert await store.read(tenant, "u", self.tricky_ids[0]) == _row(1, "s")
 
     async def test_concurrent_claims_have_exactly_one_winner(
         self, store: ChatStreamSupervisionStore, tenant: str
