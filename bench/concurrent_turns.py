@@ -27,8 +27,8 @@ from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
-from tether.handlers.turn_stores import TurnStores
 from tether.runtime.live_buffer import StreamEvent
+from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 

@@ -336,10 +336,12 @@ async def test_a_stopped_producer_is_fenced_and_writes_nothing(
         assert stores.chat_stream_recording_store is not None
         assert stores.agent_state_store is not None
         record = await stores.chat_stream_recording_store.read("t", "alice", session)
-        assert record is not None and record.epoch == status["epoch"]
+        # The owner wrote at its lease's epoch; its DONE took the next one.
+        owner_epoch = status["epoch"] - 1
+        assert record is not None and record.epoch == owner_epoch
         assert record.message.content == reference[-1][0]
         state = await stores.agent_state_store.load("t", "alice", session)
-        assert state["__turn__"]["epoch"] == status["epoch"]
+        assert state["__turn__"]["epoch"] == owner_epoch
 
 
 async def test_busy_conversation_and_resume_verdicts(

@@ -24,8 +24,8 @@ from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
-from tether.handlers.turn_stores import TurnStores
 from tether.runtime.live_buffer import StreamEnd
+from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 

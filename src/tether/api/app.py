@@ -25,7 +25,7 @@ from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionSto
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler, utc_now
 from tether.handlers.errors import TurnRequestError
-from tether.handlers.turn_stores import TurnStores
+from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)

@@ -315,7 +315,12 @@ def _fenced(fence: FenceEvidence, expected: Expected) -> list[Violation]:
 
 def _fenced_stores(fence: FenceEvidence, expected: Expected) -> list[Violation]:
     violations = []
-    owner_epoch = fence.left_by_new_owner.status.epoch if fence.left_by_new_owner.status else None
+    owner = fence.left_by_new_owner.status
+    # The producer writes at its lease's epoch; its terminal status took the
+    # next one (so no late heartbeat of its own can undo it).
+    owner_epoch = None
+    if owner is not None:
+        owner_epoch = owner.epoch - 1 if owner.status in ("done", "errored") else owner.epoch
     bots = [m for m in expected.transcript if m.get("sender") == "bot"]
     if fence.recorded_final is None:
         violations.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -36,8 +37,8 @@ from tether.handlers.errors import (
     UnknownAgentError,
 )
 from tether.handlers.turn import Turn
-from tether.handlers.turn_stores import TurnStores
 from tether.metrics import TetherMetrics, backend_name
+from tether.runtime.fenced_writer import raise_fences
 from tether.runtime.follower import RecordingFollower, has_push
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import (
@@ -48,6 +49,7 @@ from tether.runtime.lease import (
 )
 from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
 from tether.runtime.recording_flusher import RecordingFlusher
+from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
@@ -161,30 +163,33 @@ class ChatHandler:
             await self._check_writer(request.tenant, requester, request.session_id or "")
         lease = await self._claim(context) if request.stateful else None
         try:
-            first_index, recorded = await self._recorded(context) if resuming else (0, None)
+            first_index, recorded = await self._recorded(context, lease) if resuming else (0, None)
+            turn = Turn(
+                request=request,
+                setup=setup,
+                context=context,
+                registries=self.registries,
+                stores=self.stores,
+                settings=self.settings,
+                bus=self.bus,
+                clock=self.clock,
+                lease=lease,
+                buffer=ChatStreamBuffer(first_index),
+                heartbeats=self.heartbeats,
+                flusher=self.flusher,
+                recorded=recorded,
+                metrics=self.metrics,
+            )
             if request.stateful and not resuming:
-                await self._record_user_message(request, context)
+                try:
+                    await turn.record_user_message()
+                except ConversationNotOwnedError as error:
+                    raise NotOwnerError("only the owner can add to this conversation") from error
         except BaseException:
             if lease is not None:
                 with contextlib.suppress(Exception):
                     await lease.release()
             raise
-        turn = Turn(
-            request=request,
-            setup=setup,
-            context=context,
-            registries=self.registries,
-            stores=self.stores,
-            settings=self.settings,
-            bus=self.bus,
-            clock=self.clock,
-            lease=lease,
-            buffer=ChatStreamBuffer(first_index),
-            heartbeats=self.heartbeats,
-            flusher=self.flusher,
-            recorded=recorded,
-            metrics=self.metrics,
-        )
         self._turns[message_id] = turn
         self.metrics.turn_started(resumed=resuming)
         task = turn.start()
@@ -252,7 +257,13 @@ class ChatHandler:
             await self._check_resumable(key, takeover)
         try:
             return await claim(
-                store, key, context.message_id, self.clock, self.dead_after, takeover_of=takeover
+                store,
+                key,
+                context.message_id,
+                self.clock,
+                self.dead_after,
+                raise_fences=functools.partial(raise_fences, self.stores, key),
+                takeover_of=takeover,
             )
         except ClaimRefusedError as refused:
             occupant = refused.occupant
@@ -276,48 +287,28 @@ class ChatHandler:
                 f"turn {message_id} is still running; attach to it instead", message_id=message_id
             )
 
-    async def _recorded(self, context: TurnContext) -> tuple[int, ChatMessage | None]:
+    async def _recorded(
+        self, context: TurnContext, lease: Lease | None
+    ) -> tuple[int, ChatMessage | None]:
         """Where a resumed turn's stream starts, and what its clients last saw.
 
-        Indexes start past anything the dead producer can have published: it
-        flushed index ``r`` last but may have streamed more after that flush; a
-        producer never streams more than ``max_turn_events``, so
-        ``r + 1 + max_turn_events`` is beyond all of it. Ids stay unique and an
-        old ``start_index`` or ``Last-Event-ID`` still works. The recorded message
-        is returned so the resumed stream can start from it rather than from the
-        (older) checkpoint."""
+        Each producer of a turn streams at most ``max_turn_events`` messages, so
+        a resumed producer at epoch ``e`` starts at ``e * max_turn_events``:
+        past anything any earlier producer can have streamed (their epochs are
+        lower), and apart from any other resumer (each epoch has one claimant),
+        so ids never repeat with different content, and an old ``start_index``
+        or ``Last-Event-ID`` still works. The recorded message, read after the
+        claim fenced the recording, is returned so the resumed stream starts
+        from it rather than from the (older) checkpoint."""
+        epoch = lease.epoch if lease is not None else 1
+        first_index = epoch * self.settings.max_turn_events
         store = self.stores.recording
         if store is None:
-            return 0, None
+            return first_index, None
         record = await store.read(context.tenant, context.requester_uuid, context.session_id or "")
         if record is None or record.message_id != context.message_id:
-            return self.settings.max_turn_events, None
-        return record.index + 1 + self.settings.max_turn_events, record.message
-
-    async def _record_user_message(self, request: ChatRequest, context: TurnContext) -> None:
-        store = self.stores.conversation
-        if store is None:
-            return
-        user_message = request.conversation[-1].model_copy(
-            update={"session_id": context.session_id, "message_id": f"{context.message_id}-user"}
-        )
-        headers = request.request_headers
-        try:
-            await store.append_messages(
-                context.tenant,
-                context.requester_uuid,
-                context.session_id or "",
-                context.agent_identifier,
-                [user_message],
-                user_roles=headers.user_roles,
-                user_tenants=headers.user_tenants,
-                bot_params=request.bot_params,
-                last_turn_status="running",
-                create_if_absent=True,
-                conversation_context=request.conversation_context,
-            )
-        except ConversationNotOwnedError as error:
-            raise NotOwnerError("only the owner can add to this conversation") from error
+            return first_index, None
+        return max(first_index, record.index + 1), record.message
 
     # ---------------------------------------------------- after and cleanup
 
@@ -451,62 +442,72 @@ class ChatHandler:
             raise TurnNotFoundError(f"turn {message_id} is not the conversation's current turn")
         if row.status is not ChatStreamStatus.RUNNING:
             raise TurnGoneError(f"turn {message_id} already ended ({_VERDICTS[row.status]})")
+        if local is not None and local.lease is not None and local.lease.epoch == row.epoch:
+            # Ours and live: stop it and flush what its clients saw first.
+            await local.stop_for_cancel()
+        # The cancel is a grant of the next epoch: fence every store at it
+        # first, then take the row. From then on the producer, wherever it
+        # runs, can change nothing; what it recorded before is the partial.
+        epoch = row.epoch + 1
+        await raise_fences(self.stores, key, epoch)
         cancelled = ChatStreamSupervision(
             status=ChatStreamStatus.CANCELLED,
             heartbeat_at=self.clock(),
             message_id=message_id,
-            epoch=row.epoch + 1,
+            epoch=epoch,
         )
         if not await store.compare_and_swap(
             key.tenant, key.requester_uuid, key.session_id, row.epoch, cancelled
         ):
+            current = await store.read(key.tenant, key.requester_uuid, key.session_id)
+            if current is not None and current.message_id == message_id:
+                if current.status is not ChatStreamStatus.RUNNING:
+                    raise TurnGoneError(
+                        f"turn {message_id} already ended ({_VERDICTS[current.status]})"
+                    )
             raise ConversationBusyError(
                 f"turn {message_id} changed hands while cancelling; try again",
                 message_id=message_id,
             )
         if local is not None:
-            local.stop(StreamEnd("cancelled"))
-        await self._keep_partial_answer(key, message_id, local)
-        self._forget_later(key, message_id, cancelled.epoch)
+            local.cancelled()
+        await self._keep_partial_answer(key, message_id, epoch)
+        self._forget_later(key, message_id, epoch)
 
-    async def _keep_partial_answer(
-        self, key: ConversationKey, message_id: str, local: Turn | None
-    ) -> None:
+    async def _keep_partial_answer(self, key: ConversationKey, message_id: str, epoch: int) -> None:
+        """Write the cancelled turn's verdict into its transcript, at the cancel's
+        epoch: the newest recorded message (read after the fence, so nothing a
+        fenced producer writes later can be newer than it) as its answer.
+
+        Fenced and idempotent by ``message_id``: if the producer sealed its whole
+        answer before the fence, that answer stays the one bot message."""
         conversations = self.stores.conversation
         if conversations is None:
             return
         partial: ChatMessage | None = None
-        if local is not None and local.buffer.latest is not None:
-            partial = local.buffer.latest.message
-        elif self.stores.recording is not None:
+        if self.stores.recording is not None:
             record = await self.stores.recording.read(
                 key.tenant, key.requester_uuid, key.session_id
             )
             if record is not None and record.message_id == message_id:
                 partial = record.message
-        if partial is not None:
-            # Appending names the conversation's agent again: a cancel from another
-            # replica must repeat the stored one, not blank it.
-            agent = local.context.agent_identifier if local else ""
-            if not agent:
-                with contextlib.suppress(NotImplementedError):
-                    summary = await conversations.get_conversation(
-                        key.tenant, key.requester_uuid, key.session_id
-                    )
-                    agent = summary.agent_identifier if summary is not None else ""
-            await conversations.append_messages(
-                key.tenant,
-                key.requester_uuid,
-                key.session_id,
-                agent,
-                [partial],
-                last_turn_status="cancelled",
-                create_if_absent=False,
+        # Appending names the conversation's agent again: repeat the stored one.
+        agent = ""
+        with contextlib.suppress(NotImplementedError):
+            summary = await conversations.get_conversation(
+                key.tenant, key.requester_uuid, key.session_id
             )
-        else:
-            await conversations.set_last_turn_status(
-                key.tenant, key.requester_uuid, key.session_id, "cancelled"
-            )
+            agent = summary.agent_identifier if summary is not None else ""
+        await conversations.append_fenced(
+            key.tenant,
+            key.requester_uuid,
+            key.session_id,
+            agent,
+            [partial] if partial is not None else [],
+            epoch=epoch,
+            last_turn_status="cancelled",
+            create_if_absent=False,
+        )
 
     def _forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         async def forget() -> None:

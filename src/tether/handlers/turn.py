@@ -1,12 +1,15 @@
-"""One chat turn on the replica producing it, from the claimed lease to the sealed transcript.
+"""One chat turn on the replica producing it, from the claimed lease to its verdict.
 
-The producer drives the agent and publishes every cumulative message to the
-live buffer. For a stateful turn, three things run beside it: the replica's
-heartbeat batcher (renews the lease every second), the replica's recording
-flusher (the newest message to shared storage at most every 0.5 s, one batch
-for all turns) and the turn's checkpointer (every resumable dependency every
-5 s, and when a dependency asks). Any refused guarded write fences the turn:
-the agent is stopped and nothing more is written anywhere.
+The turn's life follows ``tether.runtime.lifecycle``: CLAIMED (the lease is
+ours, the stores fenced at our epoch, the input fixed), RUNNING (the agent
+produces; every cumulative message goes to the live buffer), SEALING (the
+answer is persisted), then one verdict. Beside a running stateful turn, the
+replica's heartbeat batcher renews its lease every second, the replica's
+recording flusher writes its newest message at most every 0.5 s, and the
+turn's checkpointer saves every resumable dependency every 5 s and whenever a
+dependency asks. Every write goes through the turn's ``FencedWriter``; the
+first one a store refuses fences the turn: the agent is stopped and nothing
+more is written anywhere.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,22 +28,20 @@ from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
-from tether.domain.chat_stream_recording_store import (
-    RecordedStreamEvent,
-    RecordingFencedError,
-    RecordingPut,
-)
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
-from tether.handlers.turn_stores import TurnStores
 from tether.metrics import TetherMetrics
+from tether.runtime.fenced_writer import FencedWriter
 from tether.runtime.follower import is_regression
 from tether.runtime.heartbeats import HeartbeatBatcher
-from tether.runtime.lease import Lease, LeaseLostError
+from tether.runtime.lease import ConversationKey, FencedError, Lease
+from tether.runtime.lifecycle import Lifecycle, TurnState
 from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd
-from tether.runtime.recording_flusher import RecordingFencedOut, RecordingFlusher
+from tether.runtime.recording_flusher import RecordingFlusher
+from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,23 @@ class Turn:
         self._heartbeats = heartbeats
         self._flusher = flusher
         self._metrics = metrics if metrics is not None else TetherMetrics()
+        self.lifecycle = Lifecycle()
+        self.key = ConversationKey(context.tenant, context.requester_uuid, context.session_id or "")
+        self.writer = FencedWriter(
+            stores=stores,
+            key=self.key,
+            message_id=self.message_id,
+            lease=lease,
+            lifecycle=self.lifecycle,
+            flusher=flusher,
+            clock=clock,
+            dead_after=timedelta(seconds=settings.dead_after),
+            retry_interval=settings.heartbeat_interval,
+            metrics=self._metrics,
+        )
+        # The turn's input: fixed when the turn is claimed (a new turn's request,
+        # or the input a resumed turn's checkpoint carries), never a resume body.
+        self._input: list[ChatMessage] = list(request.conversation)
         # A resumed turn starts its stream from what clients last saw, and holds
         # back the regenerated text until it has passed that point.
         self._recorded = recorded
@@ -98,28 +116,55 @@ class Turn:
         self._flushed_index = -1
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
-        self._workers_stopped = False
         self._dead_after = timedelta(seconds=settings.dead_after)
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
-        self._handing_off = False
 
     # ----------------------------------------------------------------- life
 
+    async def record_user_message(self) -> None:
+        """Append the user's new message before the agent runs (CLAIMED), so it
+        survives a producer crash. Raises what the store raises (not the owner)."""
+        ctx = self.context
+        user_message = self.request.conversation[-1].model_copy(
+            update={"session_id": ctx.session_id, "message_id": f"{ctx.message_id}-user"}
+        )
+        headers = self.request.request_headers
+        await self.writer.append(
+            ctx.agent_identifier,
+            [user_message],
+            last_turn_status="running",
+            create_if_absent=True,
+            user_roles=headers.user_roles,
+            user_tenants=headers.user_tenants,
+            bot_params=self.request.bot_params,
+            conversation_context=self.request.conversation_context,
+        )
+
     def start(self) -> asyncio.Task[None]:
+        if self.lease is not None and self._heartbeats is not None and self.context.stateful:
+            # The replica's batcher renews this lease with all the others, each
+            # second, until the turn's verdict; a refused renewal fences it alone.
+            self._heartbeats.hold(self.lease, lambda: self.stop(StreamEnd("gone")))
         self.task = asyncio.create_task(self.run(), name=f"turn-{self.message_id}")
         return self.task
 
     async def run(self) -> None:
         try:
             end = await self._produce()
-        except LeaseLostError:
+        except FencedError:
             end = await self._fenced_end()
+        except StoreUnavailableError:
+            # Retried while the lease could still be ours; past that another
+            # replica may own the turn. It stopped here: resume it elsewhere.
+            logger.warning("turn %s: stores unavailable, stopping", self.message_id)
+            self.writer.fence()
+            end = StreamEnd("dead")
         except TurnLimitError as error:
             end = await self._fail(error.code, str(error))
         except asyncio.CancelledError:
-            # Cancelled from outside (a local cancel or the server shutting down):
-            # the verdict was set by whoever stopped us.
+            # Cancelled from outside (the server shutting down): the verdict was
+            # set by whoever stopped us.
             end = self._stop_reason or StreamEnd("dead")
             self.buffer.close(end)
             raise
@@ -127,8 +172,15 @@ class Turn:
             logger.exception("turn %s failed", self.message_id)
             end = await self._fail("INTERNAL", f"the agent failed: {type(error).__name__}: {error}")
         finally:
+            self._release_workers()
             await self._close_dependencies()
         self.buffer.close(end)
+
+    def _release_workers(self) -> None:
+        if self.lease is not None and self._heartbeats is not None:
+            self._heartbeats.release(self.lease)
+        if self._flusher is not None:
+            self._flusher.release(self)
 
     async def _close_dependencies(self) -> None:
         """Dependencies are built per turn; release what they hold (connections)."""
@@ -143,38 +195,47 @@ class Turn:
             except Exception:
                 logger.warning("turn %s: closing %r failed", self.message_id, dep, exc_info=True)
 
-    async def hand_off(self) -> None:
-        """Stop now and leave the turn for another replica to resume (graceful
-        drain): checkpoint, flush, mark the row dead, and tell readers ``dead``."""
-        self._handing_off = True
-        self.stop(StreamEnd("dead"))
-        if self.task is not None:
-            await asyncio.wait([self.task])
-
-    async def _leave_for_resume(self) -> None:
-        if self.lease is None or self.lease.lost:
-            return
-        if self._heartbeats is not None:
-            self._heartbeats.release(self.lease)
-        if self._flusher is not None:
-            self._flusher.release(self)
-        try:
-            await self._flush()
-            await self.checkpoint()
-            await self.lease.abandon()
-        except LeaseLostError:
-            pass  # someone else owns it already: nothing of ours to leave
-        except Exception:
-            logger.exception(
-                "turn %s: hand-off incomplete; it will read dead in time", self.message_id
-            )
-
     def stop(self, end: StreamEnd) -> None:
-        """Stop producing now (cancel, fence, drain); ``end`` is what readers hear."""
+        """Stop producing now (a cancel, a fence, a drain); ``end`` is what readers hear."""
         if self._stop_reason is None:
             self._stop_reason = end
         if self._drive_task is not None and not self._drive_task.done():
             self._drive_task.cancel()
+
+    async def hand_off(self) -> None:
+        """Graceful drain: stop now and leave the turn for another replica to
+        resume: flush, checkpoint, hand the row off so it reads dead at once.
+        A turn already sealing is left to finish."""
+        if self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING):
+            self.lifecycle.move(TurnState.HANDING_OFF)
+            self.stop(StreamEnd("dead"))
+        if self.task is not None:
+            await asyncio.wait([self.task])
+
+    async def stop_for_cancel(self) -> None:
+        """A cancel asked on this replica: stop the agent and flush the newest
+        message it showed, so the partial the canceller keeps is what every
+        client of this turn saw. The canceller then fences the turn and writes
+        the verdict at the next epoch. A turn already sealing is not stopped:
+        its own answer and the cancel meet in the stores, which keep one."""
+        if self.lifecycle.state not in (TurnState.CLAIMED, TurnState.RUNNING):
+            return
+        self.lifecycle.move(TurnState.CANCELLING)
+        self.stop(StreamEnd("cancelled"))
+        if self._drive_task is not None:
+            await asyncio.wait([self._drive_task])
+        try:
+            await self._flush()
+        except Exception:
+            # Fenced or unreachable: the canceller keeps what is recorded.
+            logger.warning("turn %s: no final flush before the cancel", self.message_id)
+
+    def cancelled(self) -> None:
+        """The cancel was accepted (the row is CANCELLED at the next epoch)."""
+        if self.lease is not None:
+            self.lease.lost = True
+        self.lifecycle.end(TurnState.CANCELLED)
+        self.stop(StreamEnd("cancelled"))
 
     # ------------------------------------------------------------- producing
 
@@ -184,29 +245,31 @@ class Turn:
         self._resumables = [
             dep for dep in created.dependencies if isinstance(dep, ResumableAgentDependency)
         ]
-        conversation = self.request.conversation
+        conversation = self._input
         if self.context.stateful:
-            conversation = await self._restore(conversation)
-        workers = self._start_workers()
+            conversation = await self._restore()
+        if self.lifecycle.state is TurnState.CLAIMED:
+            self.lifecycle.move(TurnState.RUNNING)
+        checkpoints = self._start_workers()
         if self._recorded is not None:
             self.buffer.publish(self._recorded)
         self._drive_task = asyncio.create_task(self._drive(created, conversation))
+        if self._stop_reason is not None:
+            self._drive_task.cancel()  # stopped before the agent started
         try:
             await self._drive_task
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise
             if self._stop_reason.reason == "gone":
-                raise LeaseLostError(self.message_id) from None
-            if self._handing_off:
+                raise FencedError(self.message_id) from None
+            if self.lifecycle.state is TurnState.HANDING_OFF:
                 await self._leave_for_resume()
             return self._stop_reason
         finally:
-            if self.lease is not None and self._heartbeats is not None:
-                self._heartbeats.release(self.lease)
-            if self._flusher is not None:
-                self._flusher.release(self)
-            await self._stop_workers(workers)
+            if checkpoints is not None:
+                checkpoints.cancel()
+                await asyncio.gather(checkpoints, return_exceptions=True)
         return await self._seal()
 
     async def _drive(self, created: CreatedAgent, conversation: list[ChatMessage]) -> None:
@@ -226,14 +289,14 @@ class Turn:
             ) from None
 
     def _publish(self, message: ChatMessage) -> None:
-        if self._stop_reason is not None:
+        if self._stop_reason is not None or self.lifecycle.ended:
             # Stopped, but the cancellation did not reach the agent (a library
             # under it swallowed it): nothing more may be shown or recorded.
             raise asyncio.CancelledError
         if self.lease is not None and self._clock() - self.lease.renewed_at > self._dead_after:
             # Unrenewed past the dead threshold (a stall, a SIGSTOP, an outage):
             # another replica may own the turn now. Stop before showing anything.
-            raise LeaseLostError(self.message_id)
+            raise FencedError(self.message_id)
         if self._holding_back is not None:
             if is_regression(self._holding_back, message):
                 return
@@ -254,97 +317,64 @@ class Turn:
 
     # ------------------------------------------------------ state and resume
 
-    async def _restore(self, conversation: list[ChatMessage]) -> list[ChatMessage]:
-        """Load checkpoints into resumable dependencies; return what the agent reads."""
+    async def _restore(self) -> list[ChatMessage]:
+        """Fix the turn's input, load checkpoints into resumable dependencies,
+        and return what the agent reads."""
         store = self._stores.agent_state
         assert store is not None  # the handler refuses stateful turns without one
-        ctx = self.context
-        state = await store.load(ctx.tenant, ctx.requester_uuid, ctx.session_id or "")
+        k = self.key
+        state = await store.load(k.tenant, k.requester_uuid, k.session_id)
         marker = state.get(TURN_STATE_KEY, {})
-        resuming_turn = marker.get("message_id") == self.message_id and bool(marker.get("progress"))
-        if not self.context.resuming:
-            # Mark the checkpoint as this turn's before the agent runs, with the
-            # request's messages, so a resume of a turn that died before its first
-            # checkpoint still answers this turn's question.
-            marker = {
-                "message_id": self.message_id,
-                "epoch": self._epoch,
-                "progress": False,
-                "conversation": [m.model_dump(mode="json") for m in conversation],
-            }
-            await self._save_checkpoint({**state, TURN_STATE_KEY: marker}, guard=True)
+        own_marker = marker.get("message_id") == self.message_id
+        if self.context.resuming:
+            # The input is the one fixed when the turn was first claimed, carried
+            # by its checkpoint: a resume's body (often ``[]``) is not a question.
+            if own_marker and "conversation" in marker:
+                self._input = [ChatMessage.model_validate(m) for m in marker["conversation"]]
+            resuming_turn = own_marker and bool(marker.get("progress"))
+        else:
+            # Mark the checkpoint as this turn's before the agent runs, with its
+            # input, so a resume of a turn that died before its first checkpoint
+            # still answers this turn's question.
+            resuming_turn = False
+            await self.writer.checkpoint({**state, TURN_STATE_KEY: self._marker(progress=False)})
         for dep in self._resumables:
             await dep.load(state.get(dep.state_key, {}), resuming_turn=resuming_turn)
             dep.bind_checkpoint_hook(self.checkpoint)
         if any(dep.restores_conversation for dep in self._resumables):
-            if self.context.resuming:
-                return [ChatMessage.model_validate(m) for m in marker.get("conversation", [])]
-            return conversation
+            return self._input
         if self._stores.conversation is not None:
             return await self._stores.conversation.get_transcript(
-                ctx.tenant, ctx.requester_uuid, ctx.session_id or ""
+                k.tenant, k.requester_uuid, k.session_id
             )
-        if self.context.resuming:
-            return [ChatMessage.model_validate(m) for m in marker.get("conversation", [])]
-        return conversation
+        return self._input
 
-    @property
-    def _epoch(self) -> int:
-        return self.lease.epoch if self.lease is not None else 0
+    def _marker(self, *, progress: bool) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "epoch": self.writer.epoch,
+            "progress": progress,
+            "conversation": [m.model_dump(mode="json") for m in self._input],
+        }
 
     async def checkpoint(self) -> None:
-        """Save every resumable dependency now (guarded by the lease)."""
+        """Save every resumable dependency now (fenced by the turn's epoch)."""
         if not self.context.stateful or not self._resumables:
             return
         async with self._checkpoint_lock:
             state: DependencyState = {dep.state_key: await dep.dump() for dep in self._resumables}
-            state[TURN_STATE_KEY] = {
-                "message_id": self.message_id,
-                "epoch": self._epoch,
-                "progress": True,
-                "conversation": [m.model_dump(mode="json") for m in self.request.conversation],
-            }
-            await self._save_checkpoint(state, guard=True)
-
-    async def _save_checkpoint(self, state: DependencyState, *, guard: bool) -> None:
-        store = self._stores.agent_state
-        if store is None:
-            return
-        ctx = self.context
-        while True:
-            if guard:
-                await self._renew()
-            try:
-                with self._metrics.timed("agent_state", store, "save"):
-                    await store.save(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", state)
-                break
-            except StoreUnavailableError:
-                if not guard or self._stop_reason is not None:
-                    # Unguarded (a hand-off's last save) or already stopped: the
-                    # caller decides; a stopped turn must not linger in this loop.
-                    raise
-                # A checkpoint is what keeps a resume from running a finished tool
-                # call again, so it is waited for, not skipped: retried while the
-                # lease holds, until ``_renew`` finds it unrenewed past the dead
-                # threshold (another replica may own the turn by then) and stops us.
-                logger.warning("turn %s: checkpoint failed, will retry", self.message_id)
-                await asyncio.sleep(self._settings.heartbeat_interval)
-        self._metrics.observe_checkpoint(state)
+            state[TURN_STATE_KEY] = self._marker(progress=True)
+            await self.writer.checkpoint(state)
 
     # --------------------------------------------------------------- workers
 
-    def _start_workers(self) -> list[asyncio.Task[None]]:
+    def _start_workers(self) -> asyncio.Task[None] | None:
+        """The recording flusher's hold and the checkpoint loop, for a stateful turn."""
         if not self.context.stateful:
-            return []
-        loops: list[Callable[[], Coroutine[Any, Any, None]]] = []
-        if self.lease is not None:
-            # The replica's batcher renews this lease with all the others, each
-            # second; a refused renewal fences this turn alone.
-            assert self._heartbeats is not None, "a leased turn needs the heartbeat batcher"
-            self._heartbeats.hold(self.lease, lambda: self.stop(StreamEnd("gone")))
+            return None
         if self._stores.recording is not None:
-            # Likewise the replica's flusher writes this turn's recording with
-            # all the others' every flush interval; a fenced put stops this turn.
+            # The replica's flusher writes this turn's recording with all the
+            # others' every flush interval; a fenced put stops this turn.
             assert self._flusher is not None, "a recorded turn needs the recording flusher"
             self._flusher.hold(
                 self,
@@ -354,73 +384,49 @@ class Turn:
                 self._flush_failed,
             )
         if self._stores.agent_state is not None and self._resumables:
-            loops.append(self._checkpoint_loop)
-        return [asyncio.create_task(self._guarded(loop)) for loop in loops]
+            return asyncio.create_task(self._checkpoint_loop())
+        return None
 
-    async def _stop_workers(self, workers: list[asyncio.Task[None]]) -> None:
-        # The flag ends a worker's loop even when a store driver swallowed the
-        # cancellation (Python 3.11's wait_for can): it then finishes its
-        # current write and stops at the loop's next turn instead of running on.
-        self._workers_stopped = True
-        for worker in workers:
-            worker.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
-
-    async def _guarded(self, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    async def _checkpoint_loop(self) -> None:
         try:
-            await loop()
-        except LeaseLostError:
+            while True:
+                await asyncio.sleep(self._settings.checkpoint_interval)
+                if self.lifecycle.state is not TurnState.RUNNING:
+                    return
+                await self.checkpoint()
+        except FencedError:
             self.stop(StreamEnd("gone"))
         except asyncio.CancelledError:
             raise
+        except StoreUnavailableError:
+            # Retried by the writer while the lease could still be ours.
+            self.stop(StreamEnd("gone"))
         except Exception:
-            logger.exception("turn %s: worker %s failed", self.message_id, loop.__name__)
+            logger.exception("turn %s: checkpointing failed", self.message_id)
             self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
-
-    async def _renew(self) -> None:
-        """Renew the lease. A store outage is retried; one longer than the dead
-        threshold means another replica may own the turn by now, so we stop."""
-        if self.lease is None:
-            return
-        try:
-            await self.lease.renew()
-        except LeaseLostError:
-            raise
-        except Exception:
-            # Measured from the last renewal by anyone: the replica's heartbeat
-            # batch renews the lease every second between our own calls.
-            silent = self._clock() - self.lease.renewed_at
-            if silent > timedelta(seconds=self._settings.dead_after):
-                logger.warning(
-                    "turn %s: lease unrenewable for %s, stopping", self.message_id, silent
-                )
-                self.lease.lost = True
-                raise LeaseLostError(self.message_id) from None
-            logger.warning("turn %s: heartbeat failed, will retry", self.message_id, exc_info=True)
 
     def _pending_put(self) -> RecordingPut | None:
         """The newest message not yet recorded, as a put; None when there is
-        nothing new or the lease is gone (a fenced producer writes nothing)."""
+        nothing new or the turn may not record (a fenced producer writes nothing)."""
         latest = self.buffer.latest
         if latest is None or latest.index <= self._flushed_index:
             return None
-        if self.lease is not None and self.lease.lost:
+        if not self.writer.allows_recording():
             return None
-        ctx = self.context
+        k = self.key
         event = RecordedStreamEvent(
             index=latest.index,
             message=latest.message,
             message_id=self.message_id,
-            epoch=self._epoch,
+            epoch=self.writer.epoch,
         )
-        return RecordingPut(ctx.tenant, ctx.requester_uuid, ctx.session_id or "", event)
+        return RecordingPut(k.tenant, k.requester_uuid, k.session_id, event)
 
     def _written(self, put: RecordingPut) -> None:
         self._flushed_index = max(self._flushed_index, put.event.index)
 
     def _fenced_by_recording(self) -> None:
-        if self.lease is not None:
-            self.lease.lost = True
+        self.writer.fence()
         self.stop(StreamEnd("gone"))
 
     def _flush_failed(self, error: BaseException) -> None:
@@ -430,118 +436,100 @@ class Turn:
         self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
 
     async def _flush(self) -> None:
-        """Record the newest message now (the end of the turn, a hand-off), in
-        the replica's next batch; a fenced put raises ``LeaseLostError``."""
-        store = self._stores.recording
-        if store is None:
+        """Record the newest message now (the end of the turn, a hand-off, a
+        cancel), in the replica's next batch."""
+        if self._stores.recording is None:
             return
-        if self.lease is not None and self.lease.lost:
-            raise LeaseLostError(self.message_id)
         put = self._pending_put()
         if put is None:
             return
-        # Every recorded turn has the replica's flusher (``_start_workers``).
-        assert self._flusher is not None, "a recorded turn needs the recording flusher"
-        try:
-            with self._metrics.timed("recording", store, "put"):
-                await self._flusher.flush_now(self, put)
-        except (RecordingFencedOut, RecordingFencedError):
-            if self.lease is not None:
-                self.lease.lost = True
-            raise LeaseLostError(self.message_id) from None
+        await self.writer.record(put)
         self._written(put)
-
-    async def _checkpoint_loop(self) -> None:
-        while not self._workers_stopped:
-            await asyncio.sleep(self._settings.checkpoint_interval)
-            if self._workers_stopped:
-                return
-            await self.checkpoint()
 
     # ------------------------------------------------------------------- end
 
     async def _seal(self) -> StreamEnd:
         """Persist the finished turn: recording, checkpoint, transcript, then DONE."""
+        self.lifecycle.move(TurnState.SEALING)
         final = self.buffer.latest
         ctx = self.context
         if ctx.stateful:
             await self._flush()
             await self.checkpoint()
-            conversations = self._stores.conversation
-            if conversations is not None and final is not None:
-                await self._renew()
-                if not await self._transcript_has_answer():
-                    await conversations.append_messages(
-                        ctx.tenant,
-                        ctx.requester_uuid,
-                        ctx.session_id or "",
-                        ctx.agent_identifier,
-                        [final.message],
-                        bot_params=self.request.bot_params,
-                        last_turn_status="complete",
-                        create_if_absent=False,
-                    )
-            elif conversations is not None:
-                await conversations.set_last_turn_status(
-                    ctx.tenant, ctx.requester_uuid, ctx.session_id or "", "complete"
+            if self._stores.conversation is not None:
+                # Fenced and idempotent by message id: a resumed turn whose first
+                # producer wrote the answer, or a cancel that kept a partial,
+                # leaves exactly one bot message.
+                await self.writer.append(
+                    ctx.agent_identifier,
+                    [final.message] if final is not None else [],
+                    last_turn_status="complete",
+                    create_if_absent=False,
+                    bot_params=self.request.bot_params,
                 )
-            if self.lease is not None:
-                await self.lease.finish(ChatStreamStatus.DONE)
-            if conversations is not None:
+            await self.writer.finish(ChatStreamStatus.DONE)
+            if self._stores.conversation is not None:
                 await self._bus.publish(
                     ConversationUpdated(
                         ctx.tenant, ctx.requester_uuid, ctx.session_id or "", self.message_id
                     )
                 )
+        self.lifecycle.end(TurnState.DONE)
         return StreamEnd("done")
-
-    async def _transcript_has_answer(self) -> bool:
-        """A resumed turn whose first producer died after writing the answer must
-        not write it twice."""
-        if not self.context.resuming or self._stores.conversation is None:
-            return False
-        ctx = self.context
-        transcript = await self._stores.conversation.get_transcript(
-            ctx.tenant, ctx.requester_uuid, ctx.session_id or ""
-        )
-        return any(
-            m.sender is ChatMessageSender.BOT and m.message_id == self.message_id
-            for m in transcript
-        )
 
     async def _fail(self, code: str, message: str) -> StreamEnd:
         """Record an errored turn (unless fenced: then someone else owns it)."""
-        ctx = self.context
         end = StreamEnd("errored", code, message)
-        if not ctx.stateful:
-            return end
-        try:
-            await self._renew()
-            await self._flush()
-            if self._stores.conversation is not None:
-                await self._stores.conversation.set_last_turn_status(
-                    ctx.tenant, ctx.requester_uuid, ctx.session_id or "", "errored"
+        if not self.lifecycle.can_move(TurnState.FAILING):
+            return await self._fenced_end() if self.lifecycle.ended else end
+        self.lifecycle.move(TurnState.FAILING)
+        if self.context.stateful:
+            try:
+                await self._flush()
+                await self.writer.append(
+                    self.context.agent_identifier,
+                    [],
+                    last_turn_status="errored",
+                    create_if_absent=False,
                 )
-            if self.lease is not None:
-                await self.lease.finish(ChatStreamStatus.ERRORED)
-        except LeaseLostError:
-            return await self._fenced_end()
-        except Exception:
-            # The row still says RUNNING and will read dead: the turn is not over
-            # for the rest of the deployment (a client may resume it), so readers
-            # are told to ask the status rather than a verdict nobody stored.
-            logger.exception("turn %s: could not record its error", self.message_id)
-            return StreamEnd("gone")
+                await self.writer.finish(ChatStreamStatus.ERRORED)
+            except FencedError:
+                return await self._fenced_end()
+            except Exception:
+                # The row still says RUNNING and will read dead: the turn is not
+                # over for the rest of the deployment (a client may resume it), so
+                # readers are told to ask the status rather than a verdict nobody
+                # stored.
+                logger.exception("turn %s: could not record its error", self.message_id)
+                self.writer.fence()
+                return StreamEnd("gone")
+        self.lifecycle.end(TurnState.ERRORED)
         return end
+
+    async def _leave_for_resume(self) -> None:
+        try:
+            await self._flush()
+            await self.checkpoint()
+            await self.writer.hand_off()
+        except FencedError:
+            return  # someone else owns it already: nothing of ours to leave
+        except Exception:
+            logger.exception(
+                "turn %s: hand-off incomplete; it will read dead in time", self.message_id
+            )
+            self.writer.fence()
+            return
+        self.lifecycle.end(TurnState.HANDED_OFF)
 
     async def _fenced_end(self) -> StreamEnd:
         """What local readers hear when another writer took the lease: a cancel
         says cancelled; a takeover says ask the status (the turn lives elsewhere)."""
+        self.writer.fence()
         if self.lease is None:
             return StreamEnd("gone")
-        key = self.lease.key
+        k = self.key
         with contextlib.suppress(Exception):
-            row = await self.lease.store.read(key.tenant, key.requester_uuid, key.session_id)
+            row = await self.lease.store.read(k.tenant, k.requester_uuid, k.session_id)
             if (
                 row is not None
                 and row.message_id == self.message_id

@@ -125,6 +125,11 @@ class HeartbeatBatcher:
                 self._lose(h)
 
     def _lose(self, held: _Held) -> None:
+        if self._held.get(id(held.lease)) is not held:
+            # Released while its renewal was in flight: the turn has written its
+            # final status since (at the next epoch), so the refusal is expected
+            # and says nothing about who owns the turn.
+            return
         held.lease.lost = True
         self._held.pop(id(held.lease), None)
         try:

@@ -1,13 +1,19 @@
 """The producer's ownership lease on a conversation, kept in the supervision store.
 
-Claiming bumps the epoch; every later write the producer makes is guarded by
-that epoch. The first refused write fences the producer for good: it stops and
-writes nothing more anywhere.
+Claiming takes the next epoch; every later write the producer makes names
+that epoch, and each store refuses it once a newer epoch has fenced it. The
+first refused write fences the producer for good: it stops and writes nothing
+more anywhere.
+
+Every change of the row other than a heartbeat takes the next epoch (a claim,
+a cancel, the terminal status, a hand-off), so a heartbeat, which writes at
+its own epoch, can never undo one: a heartbeat batch that lands late is
+refused instead of bringing a finished or handed-off turn back to life.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -18,12 +24,14 @@ from tether.domain.chat_stream_supervision_store import (
 )
 
 Clock = Callable[[], datetime]
+RaiseFences = Callable[[int], Awaitable[None]]
+"""Fence every other store of the conversation at an epoch (see ``fences``)."""
 
 
 _LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class LeaseLostError(Exception):
+class FencedError(Exception):
     """This producer no longer owns the turn (a takeover, a cancel, a newer turn)."""
 
 
@@ -57,56 +65,68 @@ class Lease:
         self.key = key
         self.message_id = message_id
         self.epoch = epoch
+        """The epoch this lease was granted: every producer write names it."""
+        self.row_epoch = epoch
+        """The epoch of the row as we last wrote it (one more after our final write)."""
         self._clock = clock
         self.lost = False
         self.renewed_at = clock()
         """When the row last held a heartbeat of ours that the store accepted."""
 
-    async def _swap(self, status: ChatStreamStatus, heartbeat_at: datetime | None = None) -> bool:
+    async def _swap(
+        self, status: ChatStreamStatus, *, heartbeat_at: datetime | None = None, bump: bool
+    ) -> bool:
+        new_epoch = self.epoch + 1 if bump else self.epoch
         row = ChatStreamSupervision(
             status=status,
             heartbeat_at=heartbeat_at or self._clock(),
             message_id=self.message_id,
-            epoch=self.epoch,
+            epoch=new_epoch,
         )
         k = self.key
-        return await self.store.compare_and_swap(
+        written = await self.store.compare_and_swap(
             k.tenant, k.requester_uuid, k.session_id, self.epoch, row
         )
+        if written:
+            self.row_epoch = new_epoch
+        return written
 
     async def renew(self) -> None:
-        """Stamp a fresh RUNNING heartbeat, or raise LeaseLostError (and stay fenced)."""
+        """Stamp a fresh RUNNING heartbeat, or raise FencedError (and stay fenced)."""
         if self.lost:
-            raise LeaseLostError(self.message_id)
+            raise FencedError(self.message_id)
         now = self._clock()
-        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=now):
+        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=now, bump=False):
             self.lost = True
-            raise LeaseLostError(self.message_id)
+            raise FencedError(self.message_id)
         self.renewed_at = now
 
     async def finish(self, status: ChatStreamStatus) -> None:
-        """Write the terminal status, still guarded by the epoch."""
+        """Write the terminal status at the next epoch, guarded by ours: no
+        heartbeat of ours can overwrite it afterwards."""
         if self.lost:
-            raise LeaseLostError(self.message_id)
-        if not await self._swap(status):
+            raise FencedError(self.message_id)
+        if not await self._swap(status, bump=True):
             self.lost = True
-            raise LeaseLostError(self.message_id)
+            raise FencedError(self.message_id)
 
     async def abandon(self) -> None:
-        """Hand the turn off: a RUNNING row with a heartbeat from long ago reads as
-        dead to every reader at once, so a resume elsewhere need not wait out the
-        dead threshold. The lease is given up either way."""
+        """Hand the turn off: a RUNNING row at the next epoch with a heartbeat from
+        long ago reads as dead to every reader at once, so a resume elsewhere
+        need not wait out the dead threshold, and no late heartbeat of ours
+        can make it look alive again. The lease is given up either way."""
         if self.lost:
-            raise LeaseLostError(self.message_id)
+            raise FencedError(self.message_id)
         self.lost = True
-        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO):
-            raise LeaseLostError(self.message_id)
+        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO, bump=True):
+            raise FencedError(self.message_id)
 
     async def release(self) -> None:
-        """Remove the row if it is still exactly ours (clean-up after the grace period)."""
+        """Remove the row if it is still exactly as we left it (clean-up after
+        the grace period); the store keeps the epoch."""
         k = self.key
         await self.store.delete(
-            k.tenant, k.requester_uuid, k.session_id, self.message_id, self.epoch
+            k.tenant, k.requester_uuid, k.session_id, self.message_id, self.row_epoch
         )
 
 
@@ -117,6 +137,7 @@ async def claim(
     clock: Clock,
     dead_after: timedelta,
     *,
+    raise_fences: RaiseFences | None = None,
     takeover_of: str | None = None,
 ) -> Lease:
     """Claim the conversation for ``message_id`` at the next epoch.
@@ -125,6 +146,13 @@ async def claim(
     one. A takeover (``takeover_of``) may claim only a dead row of that turn.
     Raises ClaimRefusedError naming the occupant otherwise, or when another
     replica's compare-and-swap won the race.
+
+    The other stores are fenced at the new epoch (``raise_fences``; none when
+    the supervision row is all there is) *before* it is granted, so
+    from the moment the grant is accepted no store takes a write of an older
+    epoch. Fencing first is safe: a claim that then loses the race lost it to
+    a claimant of the same epoch, and a claim is only made over a row whose
+    producer is finished or dead.
     """
     current = await store.read(key.tenant, key.requester_uuid, key.session_id)
     now = clock()
@@ -135,7 +163,13 @@ async def claim(
     ):
         raise ClaimRefusedError(current)
     expected = None if current is None else current.epoch
-    epoch = 1 if current is None else current.epoch + 1
+    if current is None:
+        # Epochs outlive their rows: continue after the last one ever granted.
+        epoch = await store.last_epoch(key.tenant, key.requester_uuid, key.session_id) + 1
+    else:
+        epoch = current.epoch + 1
+    if raise_fences is not None:
+        await raise_fences(epoch)
     row = ChatStreamSupervision(
         status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id=message_id, epoch=epoch
     )
