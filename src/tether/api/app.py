@@ -23,12 +23,16 @@ from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
 from tether.domain.message_bus import MessageBus
+from tether.domain.store_errors import StoreError, StoreUnavailableError
 from tether.handlers.chat_handler import ChatHandler, utc_now
 from tether.handlers.errors import TurnRequestError
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
+
+STORE_RETRY_AFTER_SECONDS = 1
+"""``Retry-After`` of a 503 STORE_UNAVAILABLE: about one heartbeat."""
 _STATUSES = {status.value for status in HTTPStatus}
 
 
@@ -98,6 +102,25 @@ def setup_app(
     @app.exception_handler(TurnRequestError)
     async def turn_request_error(request: Request, error: TurnRequestError) -> JSONResponse:
         return JSONResponse(error.body(), status_code=error.status_code)
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, error: StoreError) -> JSONResponse:
+        # A store that fails before a stream exists is an HTTP status with a
+        # code, never a traceback: unreachable (an outage, a lock held by a
+        # paused peer) is worth retrying; anything else is for an operator.
+        if isinstance(error, StoreUnavailableError):
+            logger.warning("store unavailable: %s", error)
+            message = "a store is unavailable right now; retry shortly"
+            return JSONResponse(
+                {"code": "STORE_UNAVAILABLE", "message": message, "detail": message},
+                status_code=503,
+                headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+            )
+        logger.error("store error: %s", error, exc_info=error)
+        message = "a store failed; the operator's logs say which"
+        return JSONResponse(
+            {"code": "STORE_ERROR", "message": message, "detail": message}, status_code=500
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:

@@ -9,11 +9,15 @@ clean live close says why in ``event: stream_status``; errors after the 201 are
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 
 from sse_starlette import ServerSentEvent
 
+from tether.domain.store_errors import StoreUnavailableError
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
+
+logger = logging.getLogger(__name__)
 
 
 def parse_last_event_id(value: str | None, message_id: str) -> int | None:
@@ -54,13 +58,19 @@ def end_events(end: StreamEnd, *, live: bool) -> list[ServerSentEvent]:
 async def frame(
     message_id: str, source: AsyncIterator[StreamEvent | StreamEnd], *, live: bool
 ) -> AsyncIterator[ServerSentEvent]:
-    async for item in source:
-        if isinstance(item, StreamEvent):
-            yield message_event(message_id, item)
-        else:
-            for event in end_events(item, live=live):
-                yield event
-            return
+    try:
+        async for item in source:
+            if isinstance(item, StreamEvent):
+                yield message_event(message_id, item)
+            else:
+                for event in end_events(item, live=live):
+                    yield event
+                return
+    except StoreUnavailableError:
+        # After the 201 a failure is an event, not a status: a follower whose
+        # stores went away tells its client to ask again (the turn lives on).
+        logger.warning("turn %s: stores unavailable while following", message_id)
+        yield error_event("STORE_UNAVAILABLE", "a store is unavailable; attach again shortly")
 
 
 def error_event(code: str, message: str) -> ServerSentEvent:

@@ -335,6 +335,12 @@ class ChatHandler:
                 )
             await turn.lease.release()
 
+    async def clean_ups_done(self) -> None:
+        """Wait until every clean-up scheduled so far has run (after a grace
+        period of 0, the rows of finished turns are then gone)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
     def local_turn(self, message_id: str) -> Turn | None:
         return self._turns.get(message_id)
 

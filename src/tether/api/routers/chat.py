@@ -19,7 +19,7 @@ from tether.handlers.errors import TurnGoneError, TurnRequestError
 router = APIRouter(tags=["chat"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 403, 404, 409, 410, 413)
+    code: {"model": ErrorBody} for code in (400, 403, 404, 409, 410, 413, 503)
 }
 MESSAGE_ID_HEADER = "X-Tether-Message-Id"
 

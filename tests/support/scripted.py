@@ -1,0 +1,226 @@
+"""Replicas in one process whose agents the test drives step by step.
+
+A ``ScriptedCluster`` runs several ``ChatHandler``s ("replicas") over one set of
+in-memory stores with one hand-moved clock. Their heartbeat, flush and
+checkpoint timers are set far out, so nothing happens unless the test makes it
+happen: an agent says the next chunk when the test says so, a heartbeat batch
+runs when the test calls ``beat()``, a producer reads dead when the test moves
+the clock. Interleavings are then staged with ``tether.testing.interleavings``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from tether.adapters.agent_state import InMemoryChatAgentStateStore
+from tether.adapters.conversation import InMemoryChatConversationStore
+from tether.adapters.stream_buffer import (
+    InMemoryChatStreamRecordingStore,
+    InMemoryChatStreamSupervisionStore,
+)
+from tether.domain.agent_dependency import ResumableAgentDependency
+from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
+from tether.domain.agent_setup import AgentSetup
+from tether.domain.chat_agent import StreamableChatAgent
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.message_bus import MessageBus
+from tether.domain.turn_context import TurnContext
+from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.turn import Turn
+from tether.runtime.turn_stores import TurnStores
+from tether.settings import TetherSettings
+from tether.testing.contracts import ManualClock
+
+AGENT = "scripted"
+FAR = 10_000.0
+"""Seconds: timers this far out never fire during a test."""
+
+SETTINGS = TetherSettings(
+    heartbeat_interval=FAR,
+    recording_flush_interval=FAR,
+    checkpoint_interval=FAR,
+    finished_turn_grace=FAR,
+    drain_grace=0.0,
+    max_turn_events=1_000,
+)
+
+
+@dataclass
+class Script:
+    """What one producer of one turn does, step by step, as the test says."""
+
+    steps: asyncio.Queue[tuple[str, str]] = field(default_factory=asyncio.Queue)
+    inputs: list[list[ChatMessage]] = field(default_factory=list)
+    """The conversation the agent was given."""
+    said: list[str] = field(default_factory=list)
+    """Each cumulative text the agent yielded."""
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def spoken(self, count: int = 1) -> None:
+        """Wait until the agent has yielded ``count`` messages in all (and the turn
+        has published the last of them to its live buffer)."""
+        async with asyncio.timeout(10), self._progress:
+            await self._progress.wait_for(lambda: len(self.said) >= count)
+
+    def say(self, text: str) -> None:
+        self.steps.put_nowait(("say", text))
+
+    def checkpoint(self) -> None:
+        """The agent asks for a checkpoint (as after a completed tool call)."""
+        self.steps.put_nowait(("checkpoint", ""))
+
+    def finish(self) -> None:
+        self.steps.put_nowait(("finish", ""))
+
+
+class Scripts:
+    """One script per producer of a turn: ``of(message_id, 0)`` is the first
+    producer's, ``of(message_id, 1)`` the first resumer's, and so on."""
+
+    def __init__(self) -> None:
+        self._scripts: dict[tuple[str, int], Script] = {}
+        self._producers: dict[str, int] = {}
+
+    def of(self, message_id: str, producer: int = 0) -> Script:
+        return self._scripts.setdefault((message_id, producer), Script())
+
+    def next_producer(self, message_id: str) -> Script:
+        number = self._producers.get(message_id, 0)
+        self._producers[message_id] = number + 1
+        return self.of(message_id, number)
+
+
+class Notebook(ResumableAgentDependency):
+    """The agent's checkpointed state: what it has said so far."""
+
+    state_key: ClassVar[str] = "notebook"
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    async def dump(self) -> dict[str, Any]:
+        return {"text": self.text}
+
+    async def load(self, state: dict[str, Any], *, resuming_turn: bool) -> None:
+        self.text = str(state.get("text", "")) if resuming_turn else ""
+
+
+class ScriptedAgent(StreamableChatAgent):
+    agent_name = AGENT
+
+    def __init__(self, script: Script, notebook: Notebook) -> None:
+        self.script = script
+        self.notebook = notebook
+
+    async def execute_streaming(
+        self, conversation: list[ChatMessage]
+    ) -> AsyncGenerator[ChatMessage, None]:
+        self.script.inputs.append(list(conversation))
+        self.script.started.set()
+        while True:
+            kind, text = await self.script.steps.get()
+            if kind == "finish":
+                return
+            if kind == "checkpoint":
+                await self.notebook.request_checkpoint()
+                continue
+            self.notebook.text += text
+            self.script.said.append(self.notebook.text)
+            async with self.script._progress:
+                self.script._progress.notify_all()
+            # The turn publishes what we yield before it asks for more, so a test
+            # woken by ``spoken`` finds it in the live buffer.
+            yield ChatMessage(sender=ChatMessageSender.BOT, content=self.notebook.text)
+
+
+class ScriptedRegistries(AgentRegistriesFactory):
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self.setup = AgentSetup(agent_identifier=AGENT, agent_name=AGENT)
+
+    async def get_setup(self, agent_identifier: str) -> AgentSetup | None:
+        return self.setup if agent_identifier == AGENT else None
+
+    async def list_setups(self) -> list[AgentSetup]:
+        return [self.setup]
+
+    def check_bot_params(self, setup: AgentSetup, bot_params: dict[str, Any] | None) -> None:
+        return None
+
+    async def create_agent(
+        self, setup: AgentSetup, request: ChatRequest, turn: TurnContext
+    ) -> CreatedAgent:
+        notebook = Notebook()
+        agent = ScriptedAgent(self.scripts.next_producer(turn.message_id), notebook)
+        return CreatedAgent(agent=agent, setup=setup, dependencies=[notebook])
+
+
+def question(text: str) -> ChatMessage:
+    return ChatMessage(sender=ChatMessageSender.USER, content=text)
+
+
+class ScriptedCluster:
+    """Replicas (``ChatHandler``s) over one set of in-memory stores and one clock."""
+
+    def __init__(self, *, conversation: bool = True, **settings: Any) -> None:
+        self.clock = ManualClock()
+        self.scripts = Scripts()
+        self.stores = TurnStores(
+            agent_state=InMemoryChatAgentStateStore(),
+            recording=InMemoryChatStreamRecordingStore(),
+            supervision=InMemoryChatStreamSupervisionStore(),
+            conversation=InMemoryChatConversationStore(clock=self.clock) if conversation else None,
+        )
+        self.settings = replace(SETTINGS, **settings)
+        self.replicas: list[ChatHandler] = []
+
+    def replica(self) -> ChatHandler:
+        handler = ChatHandler(
+            ScriptedRegistries(self.scripts), self.stores, self.settings, MessageBus(), self.clock
+        )
+        self.replicas.append(handler)
+        return handler
+
+    async def start(
+        self,
+        replica: ChatHandler,
+        session: str,
+        text: str = "What is the question?",
+        *,
+        resume: str | None = None,
+    ) -> Turn:
+        """Start (or with ``resume``, resume) a stateful turn of ``session``."""
+        request = ChatRequest(
+            tenant="t",
+            request_headers=RequestHeaders(requester_uuid="u"),
+            agent_identifier=AGENT,
+            conversation=[] if resume else [question(text)],
+            stateful=True,
+            session_id=session,
+        )
+        return await replica.start_turn(request, resume_message_id=resume)
+
+    def kill_by_silence(self) -> None:
+        """Every producer reads dead: its heartbeat is older than the threshold."""
+        self.clock.advance(self.settings.dead_after + 1)
+
+    async def ended(self, turn: Turn) -> str:
+        """The verdict local readers heard, once the turn's task is over."""
+        assert turn.task is not None
+        async with asyncio.timeout(10):
+            await asyncio.wait([turn.task])
+        assert turn.buffer.end is not None
+        return turn.buffer.end.reason
+
+    async def transcript(self, session: str) -> list[ChatMessage]:
+        assert self.stores.conversation is not None
+        return await self.stores.conversation.get_transcript("t", "u", session)
+
+    async def aclose(self) -> None:
+        for replica in self.replicas:
+            await replica.shutdown()
