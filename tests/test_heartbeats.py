@@ -50,7 +50,7 @@ async def test_one_batch_renews_every_lease() -> None:
     batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
     leases = await _leases(store, clock, 50)
     for lease in leases:
-        batcher.hold(lease, lambda: None)
+        batcher.add(lease, lambda: None)
     clock.now += timedelta(seconds=1)
     await batcher.beat()
     assert store.batches == [50]
@@ -65,8 +65,8 @@ async def test_a_refused_renewal_fences_only_its_own_turn() -> None:
     batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
     first, second = await _leases(store, clock, 2)
     lost: list[str] = []
-    batcher.hold(first, lambda: lost.append("first"))
-    batcher.hold(second, lambda: lost.append("second"))
+    batcher.add(first, lambda: lost.append("first"))
+    batcher.add(second, lambda: lost.append("second"))
     takeover = ChatStreamSupervision(
         status=ChatStreamStatus.RUNNING, heartbeat_at=clock.now, message_id="m0", epoch=2
     )
@@ -84,7 +84,7 @@ async def test_an_outage_keeps_leases_until_they_could_be_dead() -> None:
     batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
     (lease,) = await _leases(store, clock, 1)
     lost: list[bool] = []
-    batcher.hold(lease, lambda: lost.append(True))
+    batcher.add(lease, lambda: lost.append(True))
     store.down = True
     clock.now += timedelta(seconds=2)
     await batcher.beat()

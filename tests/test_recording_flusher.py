@@ -78,7 +78,7 @@ class FakeTurn:
         self.failed = error
 
     def hold(self, flusher: RecordingFlusher) -> None:
-        flusher.hold(self, self.pending, self.written, self.on_fenced, self.on_failed)
+        flusher.add(self, self.pending, self.written, self.on_fenced, self.on_failed)
 
 
 def _turns(count: int, flusher: RecordingFlusher) -> list[FakeTurn]:
@@ -177,7 +177,7 @@ async def test_a_final_flush_waits_for_the_batch_in_flight_so_it_lands_last() ->
     turn.latest = 4
     store.gate = asyncio.Event()
     await store.batch_started.wait()  # the periodic batch with index 4 is now in flight
-    flusher.release(turn)
+    flusher.discard(turn)
     final = asyncio.create_task(flusher.flush_now(turn, _put("s0", 9)))
     await asyncio.sleep(0.05)
     assert not final.done()  # queued behind the batch in flight, not beside it

@@ -31,7 +31,7 @@ from tether.handlers.errors import (
     DrainingError,
     NotOwnerError,
     StorageNotConfiguredError,
-    TurnGoneError,
+    TurnEndedError,
     TurnNotFoundError,
     TurnRequestError,
     UnknownAgentError,
@@ -188,7 +188,7 @@ class ChatHandler:
         except BaseException:
             if lease is not None:
                 with contextlib.suppress(Exception):
-                    await lease.release()
+                    await lease.delete_row()
             raise
         self._turns[message_id] = turn
         self.metrics.turn_started(resumed=resuming)
@@ -268,7 +268,7 @@ class ChatHandler:
         except ClaimRefusedError as refused:
             occupant = refused.occupant
             if occupant is None:
-                raise TurnGoneError("the turn to resume no longer exists") from refused
+                raise TurnEndedError("the turn to resume no longer exists") from refused
             raise ConversationBusyError(
                 f"the conversation is busy with turn {occupant.message_id}",
                 message_id=occupant.message_id,
@@ -279,9 +279,9 @@ class ChatHandler:
         assert self.stores.supervision is not None
         row = await self.stores.supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
-            raise TurnGoneError(f"turn {message_id} is finished or was replaced by a newer turn")
+            raise TurnEndedError(f"turn {message_id} is finished or was replaced by a newer turn")
         if row.status is not ChatStreamStatus.RUNNING:
-            raise TurnGoneError(f"turn {message_id} is {_VERDICTS[row.status]}; nothing to resume")
+            raise TurnEndedError(f"turn {message_id} is {_VERDICTS[row.status]}; nothing to resume")
         if row.is_live(self.clock(), self.dead_after):
             raise ConversationBusyError(
                 f"turn {message_id} is still running; attach to it instead", message_id=message_id
@@ -333,7 +333,7 @@ class ChatHandler:
                 await self.stores.recording.delete(
                     ctx.tenant, ctx.requester_uuid, ctx.session_id or "", turn.message_id
                 )
-            await turn.lease.release()
+            await turn.lease.delete_row()
 
     async def clean_ups_done(self) -> None:
         """Wait until every clean-up scheduled so far has run (after a grace
@@ -377,7 +377,7 @@ class ChatHandler:
             return self.metrics.lagged(local.buffer.follow(start_index)), True
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
-            raise TurnGoneError(f"turn {message_id} is finished and cleaned up, or never existed")
+            raise TurnEndedError(f"turn {message_id} is finished and cleaned up, or never existed")
         follower = RecordingFollower(
             recording,
             supervision,
@@ -436,7 +436,7 @@ class ChatHandler:
             ):
                 raise TurnNotFoundError(f"turn {message_id} is not running on this server")
             if local.buffer.end is not None:
-                raise TurnGoneError(f"turn {message_id} already ended ({local.buffer.end.reason})")
+                raise TurnEndedError(f"turn {message_id} already ended ({local.buffer.end.reason})")
             local.stop(StreamEnd("cancelled"))
             return
         if not session_id:
@@ -447,7 +447,7 @@ class ChatHandler:
         if row is None or row.message_id != message_id:
             raise TurnNotFoundError(f"turn {message_id} is not the conversation's current turn")
         if row.status is not ChatStreamStatus.RUNNING:
-            raise TurnGoneError(f"turn {message_id} already ended ({_VERDICTS[row.status]})")
+            raise TurnEndedError(f"turn {message_id} already ended ({_VERDICTS[row.status]})")
         if local is not None and local.lease is not None and local.lease.epoch == row.epoch:
             # Ours and live: stop it and flush what its clients saw first.
             await local.stop_for_cancel()
@@ -468,7 +468,7 @@ class ChatHandler:
             current = await store.read(key.tenant, key.requester_uuid, key.session_id)
             if current is not None and current.message_id == message_id:
                 if current.status is not ChatStreamStatus.RUNNING:
-                    raise TurnGoneError(
+                    raise TurnEndedError(
                         f"turn {message_id} already ended ({_VERDICTS[current.status]})"
                     )
             raise ConversationBusyError(

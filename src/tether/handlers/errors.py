@@ -53,7 +53,12 @@ class TurnNotFoundError(TurnRequestError):
     code = "TURN_NOT_FOUND"
 
 
-class TurnGoneError(TurnRequestError):
+class TurnEndedError(TurnRequestError):
+    """410: the turn has ended (or was cleaned up, or replaced by a newer one).
+
+    The wire code stays ``TURN_GONE`` (clients match on it); in the code "gone"
+    means only the stream verdict: another producer owns the turn now."""
+
     status_code = 410
     code = "TURN_GONE"
 

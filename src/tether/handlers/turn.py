@@ -145,7 +145,7 @@ class Turn:
         if self.lease is not None and self._heartbeats is not None and self.context.stateful:
             # The replica's batcher renews this lease with all the others, each
             # second, until the turn's verdict; a refused renewal fences it alone.
-            self._heartbeats.hold(self.lease, lambda: self.stop(StreamEnd("gone")))
+            self._heartbeats.add(self.lease, lambda: self.stop(StreamEnd("gone")))
         self.task = asyncio.create_task(self.run(), name=f"turn-{self.message_id}")
         return self.task
 
@@ -172,15 +172,15 @@ class Turn:
             logger.exception("turn %s failed", self.message_id)
             end = await self._fail("INTERNAL", f"the agent failed: {type(error).__name__}: {error}")
         finally:
-            self._release_workers()
+            self._leave_batches()
             await self._close_dependencies()
         self.buffer.close(end)
 
-    def _release_workers(self) -> None:
+    def _leave_batches(self) -> None:
         if self.lease is not None and self._heartbeats is not None:
-            self._heartbeats.release(self.lease)
+            self._heartbeats.discard(self.lease)
         if self._flusher is not None:
-            self._flusher.release(self)
+            self._flusher.discard(self)
 
     async def _close_dependencies(self) -> None:
         """Dependencies are built per turn; release what they hold (connections)."""
@@ -376,7 +376,7 @@ class Turn:
             # The replica's flusher writes this turn's recording with all the
             # others' every flush interval; a fenced put stops this turn.
             assert self._flusher is not None, "a recorded turn needs the recording flusher"
-            self._flusher.hold(
+            self._flusher.add(
                 self,
                 self._pending_put,
                 self._written,

@@ -61,12 +61,15 @@ class HeartbeatBatcher:
         self._task: asyncio.Task[None] | None = None
         self.late_beats = 0  # batches that took longer than the interval
 
-    def hold(self, lease: Lease, on_lost: Callable[[], None]) -> None:
+    def add(self, lease: Lease, on_lost: Callable[[], None]) -> None:
+        """Renew ``lease`` in every batch until it is discarded; ``on_lost`` runs
+        if the store refuses a renewal (the turn is fenced)."""
         self._held[id(lease)] = _Held(lease, on_lost)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="heartbeats")
 
-    def release(self, lease: Lease) -> None:
+    def discard(self, lease: Lease) -> None:
+        """Renew ``lease`` no more (its turn has written its verdict)."""
         self._held.pop(id(lease), None)
 
     async def aclose(self) -> None:
@@ -126,7 +129,7 @@ class HeartbeatBatcher:
 
     def _lose(self, held: _Held) -> None:
         if self._held.get(id(held.lease)) is not held:
-            # Released while its renewal was in flight: the turn has written its
+            # Discarded while its renewal was in flight: the turn has written its
             # final status since (at the next epoch), so the refusal is expected
             # and says nothing about who owns the turn.
             return

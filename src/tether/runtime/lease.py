@@ -121,7 +121,7 @@ class Lease:
         if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO, bump=True):
             raise FencedError(self.message_id)
 
-    async def release(self) -> None:
+    async def delete_row(self) -> None:
         """Remove the row if it is still exactly as we left it (clean-up after
         the grace period); the store keeps the epoch."""
         k = self.key

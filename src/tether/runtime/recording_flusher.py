@@ -61,20 +61,20 @@ def _future() -> asyncio.Future[bool]:
 class RecordingFlusher:
     """Flushes the held turns' recordings every ``interval`` seconds, in one batch.
 
-    A turn is held while it streams (``hold``) and released when it stops.
+    A turn is added while it streams (``add``) and discarded when it stops.
     Each interval, every held turn with something new is written at most once
     (the timing contract's "at most every ``interval``"); ``flush_now`` writes
     one turn's newest message in a batch of its own as soon as the batch in
     flight is done (the flush at the end, before the terminal status, or a
     hand-off), together with any other turn's that asked meanwhile.
 
-    A fenced put runs that turn's ``on_fenced`` and releases it; it is never
+    A fenced put runs that turn's ``on_fenced`` and discards it; it is never
     flushed again. A periodic batch that meets an outage
     (``StoreUnavailableError``) is logged and retried at the next interval (the
     recording lags meanwhile; the lease's heartbeats, not the recording, decide
     whether the turn is alive). Any other failure of a batch is narrowed down
     by sending its puts one by one, so that only the turn whose put fails
-    hears of it (``on_failed``, and it is released). A failed ``flush_now``
+    hears of it (``on_failed``, and it is discarded). A failed ``flush_now``
     raises to its caller, as ``put`` would.
     """
 
@@ -94,7 +94,7 @@ class RecordingFlusher:
         self._task: asyncio.Task[None] | None = None
         self.late_batches = 0  # periodic batches that took longer than the interval
 
-    def hold(
+    def add(
         self,
         owner: object,
         pending: Callable[[], RecordingPut | None],
@@ -102,13 +102,13 @@ class RecordingFlusher:
         on_fenced: Callable[[], None],
         on_failed: Callable[[BaseException], None],
     ) -> None:
-        """Flush ``owner``'s recording every interval until it is released:
+        """Flush ``owner``'s recording every interval until it is discarded:
         ``pending()`` gives the put to make (None: nothing new), and one of the
         callbacks hears how it went."""
         self._held[id(owner)] = _Held(pending, on_written, on_fenced, on_failed)
         self._ensure_running()
 
-    def release(self, owner: object) -> None:
+    def discard(self, owner: object) -> None:
         """Stop the periodic flushes of ``owner`` (a batch already in flight may
         still carry its last put)."""
         self._held.pop(id(owner), None)

@@ -14,7 +14,7 @@ from tether.api.sse import frame, parse_last_event_id
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.handlers.chat_handler import ChatHandler
-from tether.handlers.errors import TurnGoneError, TurnRequestError
+from tether.handlers.errors import TurnEndedError, TurnRequestError
 
 router = APIRouter(tags=["chat"])
 
@@ -62,7 +62,7 @@ async def chat_response(
     if end is not None and end.reason == "errored":
         raise _TurnFailedError(end.error_code or "INTERNAL", end.error_message or "turn failed")
     if end is not None and end.reason != "done":
-        raise TurnGoneError(f"the turn ended {end.reason}")
+        raise TurnEndedError(f"the turn ended {end.reason}")
     latest = turn.buffer.latest
     if latest is None:
         return ChatMessage(sender=ChatMessageSender.BOT, message_id=turn.message_id)
