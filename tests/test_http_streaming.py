@@ -45,9 +45,10 @@ async def test_a_streamed_turn_is_cumulative_with_indexed_ids(client: httpx2.Asy
     assert read.status_code == 201
     assert read.message_id
     assert read.events and all(e.event == "new_message" for e in read.events)
-    assert [e.id for e in read.events] == [
-        f"{read.message_id}:{i}" for i in range(len(read.events))
-    ]
+    # Ids are the turn's and strictly increasing from 0; a reader that falls
+    # behind skips to the newest cumulative message, which loses nothing.
+    assert all(e.id.startswith(f"{read.message_id}:") for e in read.events)
+    assert read.indexes[0] == 0 and read.indexes == sorted(set(read.indexes))
     messages = read.messages
     _assert_cumulative(messages)
     assert all(m["sender"] == "bot" and m["message_id"] == read.message_id for m in messages)
@@ -58,7 +59,9 @@ async def test_a_streamed_turn_is_cumulative_with_indexed_ids(client: httpx2.Asy
         for part in m.get("content_parts") or []
         if part["type"] == "tool"
     ]
-    assert "running" in statuses and statuses[-1] == "completed"
+    # (A "running" state of the tool may be skipped by a reader that fell behind:
+    # the newest message supersedes it.)
+    assert statuses and statuses[-1] == "completed"
     assert len(read.final_text) > 200
 
 
@@ -83,7 +86,7 @@ async def test_three_readers_get_the_same_events(client: httpx2.AsyncClient) -> 
         assert [(e.id, e.data) for e in other.events] == [(e.id, e.data) for e in first.events]
 
 
-async def test_a_reader_joining_mid_turn_gets_everything_from_the_first(
+async def test_a_reader_joining_mid_turn_gets_the_newest_state_then_the_rest(
     client: httpx2.AsyncClient,
 ) -> None:
     async with client.stream("POST", "/chat/stream?tenant=t", json=turn_body("Join")) as start:
@@ -94,8 +97,13 @@ async def test_a_reader_joining_mid_turn_gets_everything_from_the_first(
         assert not original_task.done()
         late = await read_stream(client, "GET", f"/chat/stream/{message_id}?tenant=t")
         original = await original_task
-    assert late.indexes[0] == 0
-    assert [(e.id, e.data) for e in late.events] == [(e.id, e.data) for e in original]
+    # One event brings the late reader up to date (the newest cumulative message,
+    # not a replay of every one before it), then it sees what the original sees.
+    assert late.indexes[0] > 0
+    by_id = {e.id: e.data for e in original}
+    assert all(by_id.get(e.id) == e.data for e in late.events)
+    assert late.events[-1].data == original[-1].data
+    assert len(late.events) < len(original)
 
 
 async def _collect(events: AsyncIterator[SSEEvent]) -> list[SSEEvent]:
@@ -107,16 +115,22 @@ async def test_start_index_and_last_event_id_resume_where_the_client_was(
 ) -> None:
     whole = await read_stream(client, "POST", "/chat/stream?tenant=t", json=turn_body("Resume"))
     message_id = whole.message_id
+    final = whole.events[-1]
+    # The turn is over: only its final message is kept, and a client that has
+    # not seen it gets it, whether it says where it was by index or by id.
     by_index = await read_stream(client, "GET", f"/chat/stream/{message_id}?tenant=t&start_index=5")
-    assert by_index.indexes[0] == 5
+    assert by_index.events == [final]
     by_header = await read_stream(
         client,
         "GET",
         f"/chat/stream/{message_id}?tenant=t",
         headers={"Last-Event-ID": f"{message_id}:5"},
     )
-    assert by_header.indexes[0] == 6
-    assert by_header.events == whole.events[6:]
+    assert by_header.events == [final]
+    up_to_date = await read_stream(
+        client, "GET", f"/chat/stream/{message_id}?tenant=t", headers={"Last-Event-ID": final.id}
+    )
+    assert up_to_date.events == []
 
 
 async def test_the_producer_finishes_when_every_reader_has_gone(
@@ -131,14 +145,15 @@ async def test_the_producer_finishes_when_every_reader_has_gone(
     await asyncio.sleep(3.0)
     later = await asyncio.wait_for(
         read_stream(client, "GET", f"/chat/stream/{first.message_id}?tenant=t&start_index=0"),
-        timeout=2.0,  # a finished turn replays at once; a stalled one would hang here
+        timeout=2.0,  # a finished turn answers at once; a stalled one would hang here
     )
     assert time.monotonic() - started < 10
     reference = await read_stream(
         client, "POST", "/chat/stream?tenant=t", json=turn_body("Leave early")
     )
     assert later.final_text == reference.final_text
-    assert len(later.events) == len(reference.events)
+    # Only the final message is kept after the turn: one event, at the final index.
+    assert later.indexes == [reference.indexes[-1]]
 
 
 async def test_unknown_agent_is_404_before_any_stream(client: httpx2.AsyncClient) -> None:

@@ -41,25 +41,33 @@ class StreamEnd:
 
 
 class ChatStreamBuffer:
-    """Append-only events of one turn, starting at ``first_index``.
+    """One turn's stream on its producing replica, starting at ``first_index``.
 
-    A resumed turn starts at the index after the last recorded one, so event ids
-    never repeat across a takeover.
+    Every message is cumulative (the whole answer so far), so the buffer keeps
+    only the newest one and its index: memory grows with the answer, not with
+    the number of messages it took. A reader that is up to date sees every
+    message; one that joins late, or reads slowly, gets the newest state in
+    one event and then what follows, which loses nothing, and a reader that
+    never reads costs nothing. After the turn only its final message remains.
+
+    A resumed turn starts past every index an earlier producer of the turn
+    can have used, so event ids never repeat across a takeover.
     """
 
     def __init__(self, first_index: int = 0) -> None:
         self.first_index = first_index
-        self._events: list[StreamEvent] = []
+        self._latest: StreamEvent | None = None
+        self._published = 0
         self._end: StreamEnd | None = None
         self._changed = asyncio.Event()
 
     @property
     def next_index(self) -> int:
-        return self.first_index + len(self._events)
+        return self.first_index + self._published
 
     @property
     def latest(self) -> StreamEvent | None:
-        return self._events[-1] if self._events else None
+        return self._latest
 
     @property
     def end(self) -> StreamEnd | None:
@@ -69,7 +77,8 @@ class ChatStreamBuffer:
         if self._end is not None:
             raise RuntimeError("publish after the stream ended")
         event = StreamEvent(self.next_index, message)
-        self._events.append(event)
+        self._latest = event
+        self._published += 1
         self._wake()
         return event
 
@@ -85,12 +94,15 @@ class ChatStreamBuffer:
         changed.set()
 
     async def follow(self, start_index: int = 0) -> AsyncIterator[StreamEvent | StreamEnd]:
-        """Every event from ``start_index`` on (clamped to what exists), then the end."""
-        position = max(start_index, self.first_index) - self.first_index
+        """The newest message at or after ``start_index`` each time one is
+        published, then the end."""
+        sent = start_index - 1
         while True:
-            while position < len(self._events):
-                yield self._events[position]
-                position += 1
+            latest = self._latest
+            if latest is not None and latest.index > sent:
+                sent = latest.index
+                yield latest
+                continue
             if self._end is not None:
                 yield self._end
                 return
