@@ -182,10 +182,6 @@ async def test_a_cancel_keeps_the_current_owners_content_not_a_stale_local_copy(
     await b.flusher.flush()
     # Cancelled on A, which still holds its stale buffer of the turn.
     await a.cancel("t", "u", "s1", turn.message_id)
-    # B hears of it at its next write, which the store refuses.
-    new.say(" and more")
-    await new.spoken(2)
-    await b.flusher.flush()
     assert await cluster.ended(resumed) == "cancelled"
     assert _bots(await cluster.transcript("s1")) == ["the new owner's text"]
 
@@ -352,7 +348,31 @@ async def test_a_store_failure_before_the_stream_is_a_503_with_a_code() -> None:
     assert await cluster.stores.supervision.read("t", "u", "s1") is None
 
 
-# Cancel is one guarded transition ----------------------------------------------------
+# Cancel is one guarded transition, heard by push -----------------------------------
+
+
+@pytest.mark.parametrize("push", [True, False], ids=["push", "no push"])
+async def test_a_cancel_on_another_replica_stops_the_producer(push: bool) -> None:
+    """With a push channel the producer stops as soon as the cancel is accepted,
+    with no write of its own; without one, at its next write (a flush here)."""
+    cluster = ScriptedCluster(push=push)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        turn = await cluster.start(a, "s1")
+        script = cluster.scripts.of(turn.message_id)
+        script.say("streaming")
+        await script.spoken()
+        assert a.flusher is not None
+        await a.flusher.flush()  # what followers on other replicas saw
+        await b.cancel("t", "u", "s1", turn.message_id)
+        if not push:
+            script.say(" on")
+            await script.spoken(2)
+            await a.flusher.flush()
+        assert await cluster.ended(turn) == "cancelled"
+        assert _bots(await cluster.transcript("s1")) == ["streaming"]
+    finally:
+        await cluster.aclose()
 
 
 async def test_a_cancel_after_the_seal_is_refused_and_changes_nothing(

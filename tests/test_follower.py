@@ -7,6 +7,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 
 from tether.adapters.stream_buffer import (
+    InMemoryChangeChannel,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )
@@ -98,3 +99,52 @@ async def test_a_follower_says_dead_when_the_heartbeat_is_stale() -> None:
     )  # fmt: skip
     items = [item async for item in follower.follow(0)]
     assert items == [StreamEnd("dead")]
+
+
+async def test_a_change_announced_while_the_follower_is_busy_is_not_lost() -> None:
+    """Level-triggered push: the follower subscribes before its first read, so a
+    put that lands while it is busy handing an event to its client wakes its
+    next wait at once. A lost wake-up would sleep out the (here endless)
+    fallback interval."""
+    channel = InMemoryChangeChannel()
+    recording = InMemoryChatStreamRecordingStore(channel)
+    supervision = InMemoryChatStreamSupervisionStore(channel)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    row = ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id="m", epoch=1
+    )
+    assert await supervision.compare_and_swap("t", "u", "s", None, row)
+    await recording.put(
+        "t", "u", "s", RecordedStreamEvent(index=0, message=_bot("one"), message_id="m", epoch=1)
+    )
+    follower = RecordingFollower(
+        recording,
+        supervision,
+        ConversationKey("t", "u", "s"),
+        "m",
+        clock=lambda: now,
+        dead_after=timedelta(seconds=3),
+        poll_interval=10_000.0,
+        pace_interval=0.05,
+        flush_interval=0.05,  # one step per flush: no pacing between indexes
+    )
+    events = follower.follow(0)
+    first = await anext(events)  # the follower now waits on its client, not the stores
+    assert isinstance(first, StreamEvent) and first.index == 0
+    await recording.put(
+        "t",
+        "u",
+        "s",
+        RecordedStreamEvent(index=1, message=_bot("one two"), message_id="m", epoch=1),
+    )
+    async with asyncio.timeout(5):
+        second = await anext(events)
+    assert isinstance(second, StreamEvent) and (second.index, second.message.content) == (
+        1,
+        "one two",
+    )
+    await events.aclose()
+
+
+def _event(index: int, text: str) -> RecordedStreamEvent:
+    return RecordedStreamEvent(index=index, message=_bot(text), message_id="m", epoch=1)

@@ -135,14 +135,17 @@ def _memory_stores() -> StoreBundle:
     from tether.adapters.agent_state import InMemoryChatAgentStateStore
     from tether.adapters.conversation import InMemoryChatConversationStore
     from tether.adapters.stream_buffer import (
+        InMemoryChangeChannel,
         InMemoryChatStreamRecordingStore,
         InMemoryChatStreamSupervisionStore,
     )
 
+    # One channel: followers and producers hear puts and epoch changes at once.
+    channel = InMemoryChangeChannel()
     return StoreBundle(
         agent_state_store=InMemoryChatAgentStateStore(),
-        chat_stream_recording_store=InMemoryChatStreamRecordingStore(),
-        chat_stream_supervision_store=InMemoryChatStreamSupervisionStore(),
+        chat_stream_recording_store=InMemoryChatStreamRecordingStore(channel),
+        chat_stream_supervision_store=InMemoryChatStreamSupervisionStore(channel),
         chat_conversation_store=InMemoryChatConversationStore(),
     )
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from tether.adapters.agent_state import InMemoryChatAgentStateStore
 from tether.adapters.conversation import InMemoryChatConversationStore
 from tether.adapters.stream_buffer import (
+    InMemoryChangeChannel,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )
@@ -167,13 +168,16 @@ def question(text: str) -> ChatMessage:
 class ScriptedCluster:
     """Replicas (``ChatHandler``s) over one set of in-memory stores and one clock."""
 
-    def __init__(self, *, conversation: bool = True, **settings: Any) -> None:
+    def __init__(self, *, conversation: bool = True, push: bool = True, **settings: Any) -> None:
         self.clock = ManualClock()
         self.scripts = Scripts()
+        # With ``push`` the stores announce changes (as PostgreSQL and Redis do);
+        # without it a producer hears of a cancel only at its next fenced write.
+        channel = InMemoryChangeChannel() if push else None
         self.stores = TurnStores(
             agent_state=InMemoryChatAgentStateStore(),
-            recording=InMemoryChatStreamRecordingStore(),
-            supervision=InMemoryChatStreamSupervisionStore(),
+            recording=InMemoryChatStreamRecordingStore(channel),
+            supervision=InMemoryChatStreamSupervisionStore(channel),
             conversation=InMemoryChatConversationStore(clock=self.clock) if conversation else None,
         )
         self.settings = replace(SETTINGS, **settings)

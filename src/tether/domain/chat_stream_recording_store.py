@@ -6,6 +6,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pydantic import BaseModel
 
@@ -33,6 +34,45 @@ class RecordingPut:
     requester_uuid: str | None
     session_id: str
     event: RecordedStreamEvent
+
+
+class StreamChange(StrEnum):
+    """What a change notification is about."""
+
+    RECORDING = "recording"
+    """A put: new content to read."""
+    SUPERVISION = "supervision"
+    """The row changed hands or ended (a claim, a cancel, a verdict, a hand-off);
+    heartbeats are not announced (readers judge liveness by age)."""
+
+
+EVERYTHING = frozenset(StreamChange)
+
+
+class ChangeSubscription:
+    """The changes of one conversation, heard from the moment of subscribing.
+
+    Level-triggered: a change announced while its holder was busy (pacing text
+    out to a client, reading the stores) is returned by the next ``wait`` at
+    once, never lost. The default, for a store with no push channel, announces
+    nothing: every ``wait`` sleeps out its ``max_wait`` and the holder polls.
+    """
+
+    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
+        """What changed since the previous ``wait`` (at once if anything did), or
+        after up to ``max_wait`` seconds; empty when the time ran out. Spurious
+        answers are allowed (a holder always re-reads); a missed change is not."""
+        await asyncio.sleep(max_wait)
+        return frozenset()
+
+    async def aclose(self) -> None:
+        """Stop hearing changes."""
+
+    async def __aenter__(self) -> ChangeSubscription:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class ChatStreamRecordingStore(ABC):
@@ -113,6 +153,20 @@ class ChatStreamRecordingStore(ABC):
         the class docstring for what a seed-only adapter gives up).
         """
         return None  # a seed-only adapter has nothing to fence with
+
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear the conversation's recording and supervision changes from now on
+        (use it as ``async with``): a follower subscribes before its first read,
+        a producer to hear a cancel or a takeover at once.
+
+        Optional. The default announces nothing (followers poll, a producer
+        hears of a cancel at its next fenced write). Backends with a push
+        channel (PostgreSQL LISTEN/NOTIFY, Redis pub/sub) announce every put
+        and every supervision write that changes the epoch.
+        """
+        return ChangeSubscription()
 
     async def wait_for_change(
         self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,14 +31,18 @@ from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
-from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
+from tether.domain.chat_stream_recording_store import (
+    RecordedStreamEvent,
+    RecordingPut,
+    StreamChange,
+)
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
 from tether.metrics import TetherMetrics
 from tether.runtime.fenced_writer import FencedWriter
-from tether.runtime.follower import is_regression
+from tether.runtime.follower import has_push, is_regression
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import ConversationKey, FencedError, Lease
 from tether.runtime.lifecycle import Lifecycle, TurnState
@@ -47,6 +54,28 @@ from tether.settings import TetherSettings
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+
+@functools.cache
+def _takes_resuming_turn(dependency_class: type[ResumableAgentDependency]) -> bool:
+    """Whether the class's ``load`` accepts ``resuming_turn`` (inspected once per class).
+
+    The seed's SDK defines ``load(self, state)``; tether offers the flag to
+    the dependencies that ask for it, by name or by ``**kwargs``."""
+    try:
+        parameters = inspect.signature(dependency_class.load).parameters.values()
+    except (TypeError, ValueError):
+        return True  # not introspectable: the interface's own signature
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "resuming_turn" and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in parameters
+    )
+
+
+def _load_options(dependency: ResumableAgentDependency, resuming_turn: bool) -> dict[str, bool]:
+    """The keyword arguments ``dependency.load`` takes besides the state."""
+    return {"resuming_turn": resuming_turn} if _takes_resuming_turn(type(dependency)) else {}
 
 
 class TurnLimitError(Exception):
@@ -168,9 +197,14 @@ class Turn:
             end = self._stop_reason or StreamEnd("dead")
             self.buffer.close(end)
             raise
-        except Exception as error:
-            logger.exception("turn %s failed", self.message_id)
-            end = await self._fail("INTERNAL", f"the agent failed: {type(error).__name__}: {error}")
+        except Exception:
+            # The client hears a stable code and an id to quote; what failed
+            # (a stack, a message that may carry secrets) goes to the log only.
+            error_id = uuid.uuid4().hex[:16]
+            logger.exception("turn %s failed [error id %s]", self.message_id, error_id)
+            end = await self._fail(
+                "INTERNAL", f"the agent failed; quote error id {error_id} to the operator"
+            )
         finally:
             self._leave_batches()
             await self._close_dependencies()
@@ -250,7 +284,7 @@ class Turn:
             conversation = await self._restore()
         if self.lifecycle.state is TurnState.CLAIMED:
             self.lifecycle.move(TurnState.RUNNING)
-        checkpoints = self._start_workers()
+        workers = self._start_workers()
         if self._recorded is not None:
             self.buffer.publish(self._recorded)
         self._drive_task = asyncio.create_task(self._drive(created, conversation))
@@ -267,9 +301,9 @@ class Turn:
                 await self._leave_for_resume()
             return self._stop_reason
         finally:
-            if checkpoints is not None:
-                checkpoints.cancel()
-                await asyncio.gather(checkpoints, return_exceptions=True)
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
         return await self._seal()
 
     async def _drive(self, created: CreatedAgent, conversation: list[ChatMessage]) -> None:
@@ -339,7 +373,7 @@ class Turn:
             resuming_turn = False
             await self.writer.checkpoint({**state, TURN_STATE_KEY: self._marker(progress=False)})
         for dep in self._resumables:
-            await dep.load(state.get(dep.state_key, {}), resuming_turn=resuming_turn)
+            await dep.load(state.get(dep.state_key, {}), **_load_options(dep, resuming_turn))
             dep.bind_checkpoint_hook(self.checkpoint)
         if any(dep.restores_conversation for dep in self._resumables):
             return self._input
@@ -368,10 +402,12 @@ class Turn:
 
     # --------------------------------------------------------------- workers
 
-    def _start_workers(self) -> asyncio.Task[None] | None:
-        """The recording flusher's hold and the checkpoint loop, for a stateful turn."""
+    def _start_workers(self) -> list[asyncio.Task[None]]:
+        """For a stateful turn: the recording flusher's hold, the checkpoint loop,
+        and the watch for a new owner."""
         if not self.context.stateful:
-            return None
+            return []
+        workers: list[asyncio.Task[None]] = []
         if self._stores.recording is not None:
             # The replica's flusher writes this turn's recording with all the
             # others' every flush interval; a fenced put stops this turn.
@@ -383,9 +419,32 @@ class Turn:
                 self._fenced_by_recording,
                 self._flush_failed,
             )
+            if self.lease is not None and has_push(self._stores.recording):
+                workers.append(asyncio.create_task(self._watch_for_a_new_owner()))
         if self._stores.agent_state is not None and self._resumables:
-            return asyncio.create_task(self._checkpoint_loop())
-        return None
+            workers.append(asyncio.create_task(self._checkpoint_loop()))
+        return workers
+
+    async def _watch_for_a_new_owner(self) -> None:
+        """Cancel by push: when the conversation's epoch moves past ours (a cancel
+        or a takeover on any replica), stop at once rather than at the next
+        write the stores would refuse."""
+        lease, recording, k = self.lease, self._stores.recording, self.key
+        assert lease is not None and recording is not None
+        async with recording.subscribe(k.tenant, k.requester_uuid, k.session_id) as changes:
+            while self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING):
+                heard = await changes.wait(self._settings.heartbeat_interval)
+                if StreamChange.SUPERVISION not in heard:
+                    continue
+                try:
+                    row = await lease.store.read(k.tenant, k.requester_uuid, k.session_id)
+                except Exception:
+                    # The fenced writes and the heartbeats still stop us in time.
+                    logger.debug("turn %s: watch read failed", self.message_id, exc_info=True)
+                    continue
+                if row is None or row.epoch > lease.row_epoch:
+                    self.stop(StreamEnd("gone"))
+                    return
 
     async def _checkpoint_loop(self) -> None:
         try:

@@ -13,7 +13,11 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 
 from tether.domain.chat_message import ChatMessage, ContentPart, ContentPartType
-from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, RecordedStreamEvent
+from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
+    ChatStreamRecordingStore,
+    RecordedStreamEvent,
+)
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
@@ -102,6 +106,17 @@ class RecordingFollower:
         return record, row
 
     async def follow(self, start_index: int = 0) -> AsyncIterator[StreamEvent | StreamEnd]:
+        k = self._key
+        # Subscribed before the first read, and level-triggered: a change that
+        # lands while this follower paces text out or reads is seen by its next
+        # wait, so it never sleeps out the fallback interval with news waiting.
+        async with self._recording.subscribe(k.tenant, k.requester_uuid, k.session_id) as changes:
+            async for item in self._follow(start_index, changes):
+                yield item
+
+    async def _follow(
+        self, start_index: int, changes: ChangeSubscription
+    ) -> AsyncIterator[StreamEvent | StreamEnd]:
         sent_index = start_index - 1
         sent: ChatMessage | None = None
         while True:
@@ -126,11 +141,8 @@ class RecordingFollower:
                 yield end
                 return
             # Push where the backend has it (PostgreSQL NOTIFY, Redis pub/sub);
-            # the default implementation sleeps, which makes this a poll.
-            k = self._key
-            await self._recording.wait_for_change(
-                k.tenant, k.requester_uuid, k.session_id, self._poll_interval
-            )
+            # the default subscription sleeps, which makes this a poll.
+            await changes.wait(self._poll_interval)
 
     async def _paced(
         self, sent: ChatMessage | None, sent_index: int, record: RecordedStreamEvent
@@ -158,8 +170,8 @@ class RecordingFollower:
 
 
 def has_push(recording: ChatStreamRecordingStore) -> bool:
-    """Whether the store wakes followers itself (it overrides ``wait_for_change``)."""
-    return type(recording).wait_for_change is not ChatStreamRecordingStore.wait_for_change
+    """Whether the store announces changes itself (it overrides ``subscribe``)."""
+    return type(recording).subscribe is not ChatStreamRecordingStore.subscribe
 
 
 def is_regression(sent: ChatMessage | None, new: ChatMessage) -> bool:

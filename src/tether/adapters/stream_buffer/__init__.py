@@ -1,6 +1,7 @@
 """Stream buffer stores: supervision rows and recordings, file-backed and in-memory."""
 
 from tether.adapters.stream_buffer.in_memory import (
+    InMemoryChangeChannel,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )
@@ -10,6 +11,7 @@ from tether.adapters.stream_buffer.local_file_supervision import (
 )
 
 __all__ = [
+    "InMemoryChangeChannel",
     "InMemoryChatStreamRecordingStore",
     "InMemoryChatStreamSupervisionStore",
     "LocalFileChatStreamRecordingStore",

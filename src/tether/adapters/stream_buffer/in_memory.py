@@ -7,10 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
+    StreamChange,
 )
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
@@ -24,6 +26,60 @@ def _key(tenant: str, requester_uuid: str | None, session_id: str) -> _Key:
     return (tenant, requester_uuid or "", session_id)
 
 
+class InMemoryChangeChannel:
+    """Change announcements within one process: the in-memory push channel.
+
+    ``memory://`` gives its recording and supervision stores one channel, so
+    followers and producers hear puts and epoch changes at once, as they would
+    over PostgreSQL NOTIFY or Redis pub/sub.
+    """
+
+    def __init__(self) -> None:
+        self._subscriptions: dict[_Key, set[_Subscription]] = {}
+
+    def subscribe(self, key: _Key) -> ChangeSubscription:
+        subscription = _Subscription(self, key)
+        self._subscriptions.setdefault(key, set()).add(subscription)
+        return subscription
+
+    def announce(self, key: _Key, change: StreamChange) -> None:
+        for subscription in self._subscriptions.get(key, ()):
+            subscription.hear(change)
+
+    def _drop(self, subscription: _Subscription) -> None:
+        subscriptions = self._subscriptions.get(subscription.key)
+        if subscriptions is not None:
+            subscriptions.discard(subscription)
+            if not subscriptions:
+                del self._subscriptions[subscription.key]
+
+
+class _Subscription(ChangeSubscription):
+    def __init__(self, channel: InMemoryChangeChannel, key: _Key) -> None:
+        self._channel = channel
+        self.key = key
+        self._pending: set[StreamChange] = set()
+        self._heard = asyncio.Event()
+
+    def hear(self, change: StreamChange) -> None:
+        self._pending.add(change)
+        self._heard.set()
+
+    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
+        if not self._pending:
+            try:
+                async with asyncio.timeout(max_wait):
+                    await self._heard.wait()
+            except TimeoutError:
+                return frozenset()
+        heard, self._pending = frozenset(self._pending), set()
+        self._heard.clear()
+        return heard
+
+    async def aclose(self) -> None:
+        self._channel._drop(self)
+
+
 class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
     """``ChatStreamSupervisionStore`` in this process's memory.
 
@@ -32,11 +88,14 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
     copied in and out, so no caller ever shares an object with the store.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, channel: InMemoryChangeChannel | None = None) -> None:
         self._lock = asyncio.Lock()
+        self._channel = channel
         self._rows: dict[_Key, ChatStreamSupervision] = {}
         # The highest epoch ever written per conversation; outlives its row.
         self._epochs: dict[_Key, int] = {}
+        # (tenant, requester, message_id) -> session_id of the row holding it.
+        self._by_message: dict[_Key, str] = {}
 
     async def compare_and_swap(
         self,
@@ -56,7 +115,25 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
                 return False  # that epoch was granted before the row was removed
             self._rows[key] = supervision.model_copy(deep=True)
             self._epochs[key] = max(self._epochs.get(key, 0), supervision.epoch)
-            return True
+            if current is not None and current.message_id != supervision.message_id:
+                self._unindex(key, current.message_id)
+            self._by_message[(key[0], key[1], supervision.message_id)] = session_id
+        if self._channel is not None and supervision.epoch != expected_epoch:
+            # A new owner or a verdict; heartbeats (the same epoch) go unannounced.
+            self._channel.announce(key, StreamChange.SUPERVISION)
+        return True
+
+    def _unindex(self, key: _Key, message_id: str) -> None:
+        index = (key[0], key[1], message_id)
+        if self._by_message.get(index) == key[2]:
+            del self._by_message[index]
+
+    async def find_by_message_id(
+        self, tenant: str, requester_uuid: str | None, message_id: str
+    ) -> str | None:
+        """The requester's session whose row holds ``message_id``, or None."""
+        async with self._lock:
+            return self._by_message.get(_key(tenant, requester_uuid, message_id))
 
     async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
         """The highest epoch ever written, also after the row was deleted."""
@@ -85,6 +162,7 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
             current = self._rows.get(key)
             if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
                 del self._rows[key]
+                self._unindex(key, message_id)
 
 
 class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
@@ -96,8 +174,9 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
     the event loop for milliseconds, not tens of them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, channel: InMemoryChangeChannel | None = None) -> None:
         self._lock = asyncio.Lock()
+        self._channel = channel if channel is not None else InMemoryChangeChannel()
         self._records: dict[_Key, _Record] = {}
         # The fence of each conversation: the highest epoch put or fenced. Kept
         # apart from the record, so ``delete`` leaves it.
@@ -135,7 +214,15 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
                 self._records[key] = _Record(event.epoch, event.message_id, event.model_dump_json())
                 self._fences[key] = event.epoch
                 results.append(True)
+                self._channel.announce(key, StreamChange.RECORDING)
         return results
+
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear this conversation's puts (and, with a shared channel, its
+        supervision store's epoch changes) from now on."""
+        return self._channel.subscribe(_key(tenant, requester_uuid, session_id))
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
