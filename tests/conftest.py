@@ -1,6 +1,17 @@
 """Fixtures every test module may use."""
 
+from tests.support.backend_fixtures import backend, bundle, clock, places, store_url
 from tests.support.browser import browser, screenshot_dir
 from tests.support.services import postgres_url, redis_url
 
-__all__ = ["browser", "postgres_url", "redis_url", "screenshot_dir"]
+__all__ = [
+    "backend",
+    "browser",
+    "bundle",
+    "clock",
+    "places",
+    "postgres_url",
+    "redis_url",
+    "screenshot_dir",
+    "store_url",
+]

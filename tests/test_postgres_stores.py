@@ -1,31 +1,33 @@
-"""The PostgreSQL stores: the whole contract kit, plus what only a real server can show.
+"""What only a real PostgreSQL server can show about the PostgreSQL stores.
 
-The contract tests share one database per module (the kit gives every test fresh
-ids, and creating a database is most of a test's time); every other test gets a
-fresh one (``postgres_url``). Outages are staged with a TCP proxy in front of the
-server, never by stopping the server itself.
+The contract kit runs over PostgreSQL in ``test_contracts.py`` (one database for
+all its tests). Every test here gets a fresh database (``postgres_url``).
+Outages are staged with a TCP proxy in front of the server, never by stopping
+the server itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import pytest
 
-pytest.importorskip("psycopg_pool")
+from tests.support.services import DRIVERS_HOW, missing
 
-import psycopg
+try:
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+except ImportError as error:  # the postgres extra is not installed
+    missing(f"the PostgreSQL driver is missing ({error}); {DRIVERS_HOW}")
+
 import typer
-from psycopg_pool import AsyncConnectionPool
 from typer.testing import CliRunner
 
 from tests.support.proxy import TcpProxy
-from tests.support.services import postgres_database
 from tether import stores
 from tether.adapters.postgres import (
     LATEST_VERSION,
@@ -46,108 +48,16 @@ from tether.domain.chat_stream_supervision_store import (
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreError, StoreUnavailableError
-from tether.testing.contracts import (
-    TRICKY_IDS,
-    ChatAgentStateStoreContract,
-    ChatConversationStoreFullContract,
-    ChatStreamRecordingCrossProcessContract,
-    ChatStreamRecordingStoreContract,
-    ChatStreamStoresStateMachineContract,
-    ChatStreamSupervisionCrossProcessContract,
-    ChatStreamSupervisionStoreContract,
-    ManualClock,
-    StoreFactory,
-)
 
 pytestmark = pytest.mark.postgres
 
-# PostgreSQL text cannot hold NUL; such ids are refused up front (see the test below).
-POSTGRES_TRICKY_IDS = tuple(value for value in TRICKY_IDS if "\x00" not in value)
-
 
 def _supervision_store(url: str) -> PostgresChatStreamSupervisionStore:
-    """Top level, so a spawned child can unpickle it and build its own store."""
     return PostgresChatStreamSupervisionStore(PostgresDatabase.from_url(url))
 
 
 def _recording_store(url: str) -> PostgresChatStreamRecordingStore:
     return PostgresChatStreamRecordingStore(PostgresDatabase.from_url(url))
-
-
-@pytest.fixture(params=["postgres"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def contract_url() -> Iterator[str]:
-    """One fresh database for every contract test of this module, dropped after."""
-    with postgres_database() as url:
-        yield url
-
-
-# The contract kit ------------------------------------------------------------------------
-
-
-class TestAgentStateStore(ChatAgentStateStoreContract):
-    tricky_ids = POSTGRES_TRICKY_IDS
-
-    @pytest.fixture
-    async def store(self, backend: str, contract_url: str) -> AsyncIterator[Any]:
-        async with PostgresChatAgentStateStore(PostgresDatabase.from_url(contract_url)) as store:
-            yield store
-
-
-class TestSupervisionStore(ChatStreamSupervisionStoreContract):
-    tricky_ids = POSTGRES_TRICKY_IDS
-
-    @pytest.fixture
-    async def store(self, backend: str, contract_url: str) -> AsyncIterator[Any]:
-        async with _supervision_store(contract_url) as store:
-            yield store
-
-
-class TestRecordingStore(ChatStreamRecordingStoreContract):
-    tricky_ids = POSTGRES_TRICKY_IDS
-
-    @pytest.fixture
-    async def store(self, backend: str, contract_url: str) -> AsyncIterator[Any]:
-        async with _recording_store(contract_url) as store:
-            yield store
-
-
-class TestConversationStore(ChatConversationStoreFullContract):
-    tricky_ids = POSTGRES_TRICKY_IDS
-
-    @pytest.fixture
-    async def store(
-        self, backend: str, contract_url: str, clock: ManualClock
-    ) -> AsyncIterator[Any]:
-        database = PostgresDatabase.from_url(contract_url)
-        async with PostgresChatConversationStore(database, clock=clock) as store:
-            yield store
-
-
-class TestStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
-    @pytest.fixture
-    def supervision_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
-        return functools.partial(_supervision_store, contract_url)
-
-    @pytest.fixture
-    def recording_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
-        return functools.partial(_recording_store, contract_url)
-
-
-class TestStoresAcrossProcesses(
-    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
-):
-    @pytest.fixture
-    def supervision_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
-        return functools.partial(_supervision_store, contract_url)
-
-    @pytest.fixture
-    def recording_store_factory(self, backend: str, contract_url: str) -> StoreFactory:
-        return functools.partial(_recording_store, contract_url)
 
 
 # Wiring and lifecycle --------------------------------------------------------------------
@@ -336,7 +246,8 @@ async def test_wait_for_change_wakes_promptly_on_writes_from_another_database(
         writes = [
             lambda: producer.put("t", "u", "s", _event(1)),
             lambda: supervisor.compare_and_swap("t", "u", "s", None, _row(1)),
-            lambda: supervisor.compare_and_swap("t", "u", "s", 1, _row(1, seconds=1)),
+            # A takeover (a new epoch); heartbeats are not announced (test_push_channels.py).
+            lambda: supervisor.compare_and_swap("t", "u", "s", 1, _row(2, seconds=1)),
             lambda: producer.delete("t", "u", "s", "m-1"),
         ]
         for write in writes:
@@ -450,9 +361,10 @@ async def _eventually(check: Any, within: float) -> None:
 async def test_an_outage_fails_calls_promptly_and_the_stores_recover_by_themselves(
     postgres_url: str,
 ) -> None:
-    if "127.0.0.1:5432" not in postgres_url:
-        pytest.skip("the proxy test expects the server at 127.0.0.1:5432")
-    proxy = TcpProxy("127.0.0.1", 5432)
+    server = urlsplit(postgres_url)
+    if server.hostname is None or f"{server.hostname}:{server.port}" not in postgres_url:
+        missing(f"the proxy test needs the server's host:port in its URL ({postgres_url})")
+    proxy = TcpProxy(server.hostname, server.port)
     proxy.start()
     url = _through(proxy, postgres_url, "?timeout=1&connect_timeout=2")
     try:

@@ -1,4 +1,4 @@
-"""The store contract kit over the Redis stores, plus what only Redis promises.
+"""What only Redis promises; the contract kit runs over Redis in ``test_contracts.py``.
 
 Needs a Redis server (``redis_url``: a fresh key prefix per test). The outage
 test starts its own ``redis-server`` on a free port so it can kill and restart it.
@@ -7,7 +7,6 @@ test starts its own ``redis-server`` on a free port so it can kill and restart i
 from __future__ import annotations
 
 import asyncio
-import functools
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import redis
 import redis.asyncio
 
 from tests.support.servers import free_port
+from tests.support.services import missing
 from tether.adapters.redis import (
     RedisChatAgentStateStore,
     RedisChatStreamRecordingStore,
@@ -38,80 +38,16 @@ from tether.domain.chat_stream_supervision_store import (
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreUnavailableError
 from tether.stores import StoreURLError, from_url
-from tether.testing.contracts import (
-    ChatAgentStateStoreContract,
-    ChatStreamRecordingCrossProcessContract,
-    ChatStreamRecordingStoreContract,
-    ChatStreamStoresStateMachineContract,
-    ChatStreamSupervisionCrossProcessContract,
-    ChatStreamSupervisionEpochContract,
-    ChatStreamSupervisionStoreContract,
-    StoreFactory,
-)
+from tether.testing.contracts import ChatStreamSupervisionEpochContract
 from tether.testing.contracts.fencing import Expire
 
 pytestmark = pytest.mark.redis
 
 
-# Factories the cross-process contract pickles: top level, so a spawned child can
-# import them and build its own store (and connection) from the URL.
-def _supervision_store(url: str) -> RedisChatStreamSupervisionStore:
-    return RedisChatStreamSupervisionStore.from_url(url)
-
-
-def _recording_store(url: str) -> RedisChatStreamRecordingStore:
-    return RedisChatStreamRecordingStore.from_url(url)
-
-
-@pytest.fixture(params=["redis"])
-def backend_url(request: pytest.FixtureRequest, redis_url: str) -> str:
-    return redis_url
-
-
 @pytest.fixture
-async def connection(backend_url: str) -> AsyncIterator[RedisConnection]:
-    async with RedisConnection.from_url(backend_url) as connection:
+async def connection(redis_url: str) -> AsyncIterator[RedisConnection]:
+    async with RedisConnection.from_url(redis_url) as connection:
         yield connection
-
-
-class TestRedisAgentStateStore(ChatAgentStateStoreContract):
-    @pytest.fixture
-    def store(self, connection: RedisConnection) -> RedisChatAgentStateStore:
-        return RedisChatAgentStateStore(connection)
-
-
-class TestRedisSupervisionStore(ChatStreamSupervisionStoreContract):
-    @pytest.fixture
-    def store(self, connection: RedisConnection) -> RedisChatStreamSupervisionStore:
-        return RedisChatStreamSupervisionStore(connection)
-
-
-class TestRedisRecordingStore(ChatStreamRecordingStoreContract):
-    @pytest.fixture
-    def store(self, connection: RedisConnection) -> RedisChatStreamRecordingStore:
-        return RedisChatStreamRecordingStore(connection)
-
-
-class TestRedisStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
-    @pytest.fixture
-    def supervision_store_factory(self, backend_url: str) -> StoreFactory:
-        return functools.partial(_supervision_store, backend_url)
-
-    @pytest.fixture
-    def recording_store_factory(self, backend_url: str) -> StoreFactory:
-        return functools.partial(_recording_store, backend_url)
-
-
-class TestRedisStoresAcrossProcesses(
-    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
-):
-    @pytest.fixture
-    def supervision_store_factory(self, backend_url: str) -> StoreFactory:
-        return functools.partial(_supervision_store, backend_url)
-
-    @pytest.fixture
-    def recording_store_factory(self, backend_url: str) -> StoreFactory:
-        return functools.partial(_recording_store, backend_url)
 
 
 # Redis-only guarantees ---------------------------------------------------------------
@@ -552,7 +488,7 @@ class _RedisServer:
 @pytest.fixture
 def private_server() -> Iterator[_RedisServer]:
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
+        missing("redis-server is not installed (apt-get install redis-server)")
     server = _RedisServer()
     server.start()
     try:

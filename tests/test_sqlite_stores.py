@@ -1,9 +1,8 @@
-"""The store contract kit over the SQLite stores, plus SQLite-only guarantees."""
+"""SQLite-only guarantees; the contract kit runs over SQLite in ``test_contracts.py``."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import multiprocessing
 import sqlite3
 import threading
@@ -34,82 +33,19 @@ from tether.domain.chat_stream_supervision_store import (
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
 from tether.stores import StoreURLError
-from tether.testing.contracts import (
-    ChatAgentStateStoreContract,
-    ChatConversationStoreFullContract,
-    ChatStreamRecordingCrossProcessContract,
-    ChatStreamRecordingStoreContract,
-    ChatStreamStoresStateMachineContract,
-    ChatStreamSupervisionCrossProcessContract,
-    ChatStreamSupervisionStoreContract,
-    ManualClock,
-    StoreFactory,
-)
+from tether.testing.contracts import ManualClock
 
 
-@pytest.fixture(params=["sqlite"])
-def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-    """The database file of one test; the param gives every contract test the id "sqlite"."""
-    return tmp_path / f"{request.param}.db"
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """The database file of one test."""
+    return tmp_path / "sqlite.db"
 
 
 @pytest.fixture
 async def database(db_path: Path) -> AsyncIterator[SQLiteDatabase]:
     async with SQLiteDatabase(db_path) as opened:
         yield opened
-
-
-# The contract kit ---------------------------------------------------------------------
-
-
-class TestSQLiteAgentStateStore(ChatAgentStateStoreContract):
-    @pytest.fixture
-    def store(self, database: SQLiteDatabase) -> SQLiteChatAgentStateStore:
-        return SQLiteChatAgentStateStore(database)
-
-
-class TestSQLiteSupervisionStore(ChatStreamSupervisionStoreContract):
-    @pytest.fixture
-    def store(self, database: SQLiteDatabase) -> SQLiteChatStreamSupervisionStore:
-        return SQLiteChatStreamSupervisionStore(database)
-
-
-class TestSQLiteRecordingStore(ChatStreamRecordingStoreContract):
-    @pytest.fixture
-    def store(self, database: SQLiteDatabase) -> SQLiteChatStreamRecordingStore:
-        return SQLiteChatStreamRecordingStore(database)
-
-
-class TestSQLiteConversationStore(ChatConversationStoreFullContract):
-    @pytest.fixture
-    def store(self, database: SQLiteDatabase, clock: ManualClock) -> SQLiteChatConversationStore:
-        return SQLiteChatConversationStore(database, clock=clock)
-
-
-class TestSQLiteStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
-    # Each store opens a database of its own on the shared file, so the machine
-    # also proves that two databases on one file see each other's writes.
-    @pytest.fixture
-    def supervision_store_factory(self, db_path: Path) -> StoreFactory:
-        return functools.partial(SQLiteChatStreamSupervisionStore.from_path, db_path)
-
-    @pytest.fixture
-    def recording_store_factory(self, db_path: Path) -> StoreFactory:
-        return functools.partial(SQLiteChatStreamRecordingStore.from_path, db_path)
-
-
-class TestSQLiteStoresAcrossProcesses(
-    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
-):
-    # Picklable: each spawned child builds its store, and its own connections,
-    # on the file from the class method.
-    @pytest.fixture
-    def supervision_store_factory(self, db_path: Path) -> StoreFactory:
-        return functools.partial(SQLiteChatStreamSupervisionStore.from_path, str(db_path))
-
-    @pytest.fixture
-    def recording_store_factory(self, db_path: Path) -> StoreFactory:
-        return functools.partial(SQLiteChatStreamRecordingStore.from_path, str(db_path))
 
 
 # SQLite-only guarantees ---------------------------------------------------------------

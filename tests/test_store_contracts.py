@@ -1,9 +1,11 @@
-"""The store contract kit over our file and in-memory stores, plus file-only guarantees."""
+"""The contract kit over an adapter with only the seed's methods, plus file-only guarantees.
+
+The contract kit over every shipped backend runs in ``test_contracts.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -13,70 +15,24 @@ from typing import Any
 import pytest
 
 from tether.adapters import _files
-from tether.adapters.agent_state import InMemoryChatAgentStateStore, LocalFileChatAgentStateStore
-from tether.adapters.conversation import (
-    InMemoryChatConversationStore,
-    LocalFileChatConversationStore,
-)
+from tether.adapters.agent_state import LocalFileChatAgentStateStore
+from tether.adapters.conversation import LocalFileChatConversationStore
 from tether.adapters.stream_buffer import (
     InMemoryChatStreamRecordingStore,
-    InMemoryChatStreamSupervisionStore,
     LocalFileChatStreamRecordingStore,
     LocalFileChatStreamSupervisionStore,
     local_file_supervision,
 )
-from tether.domain.chat_agent_state_store import ChatAgentStateStore, construct_agent_state_key
-from tether.domain.chat_conversation_store import ChatConversationStore
+from tether.domain.chat_agent_state_store import construct_agent_state_key
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
-    ChatStreamSupervisionStore,
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError
-from tether.testing.contracts import (
-    TRICKY_IDS,
-    ChatAgentStateStoreContract,
-    ChatConversationStoreFullContract,
-    ChatStreamRecordingCrossProcessContract,
-    ChatStreamRecordingStoreContract,
-    ChatStreamStoresStateMachineContract,
-    ChatStreamSupervisionCrossProcessContract,
-    ChatStreamSupervisionStoreContract,
-    ManualClock,
-    StoreFactory,
-)
-
-
-@pytest.fixture(params=["file", "memory"])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-class TestAgentStateStore(ChatAgentStateStoreContract):
-    @pytest.fixture
-    def store(self, backend: str, tmp_path: Path) -> ChatAgentStateStore:
-        if backend == "file":
-            return LocalFileChatAgentStateStore(tmp_path)
-        return InMemoryChatAgentStateStore()
-
-
-class TestSupervisionStore(ChatStreamSupervisionStoreContract):
-    @pytest.fixture
-    def store(self, backend: str, tmp_path: Path) -> ChatStreamSupervisionStore:
-        if backend == "file":
-            return LocalFileChatStreamSupervisionStore(tmp_path)
-        return InMemoryChatStreamSupervisionStore()
-
-
-class TestRecordingStore(ChatStreamRecordingStoreContract):
-    @pytest.fixture
-    def store(self, backend: str, tmp_path: Path) -> ChatStreamRecordingStore:
-        if backend == "file":
-            return LocalFileChatStreamRecordingStore(tmp_path)
-        return InMemoryChatStreamRecordingStore()
+from tether.testing.contracts import TRICKY_IDS, ChatStreamRecordingStoreContract, ManualClock
 
 
 class _SeedOnlyRecordingStore(ChatStreamRecordingStore):
@@ -108,40 +64,6 @@ class TestSeedOnlyRecordingStore(ChatStreamRecordingStoreContract):
     @pytest.fixture
     def store(self) -> ChatStreamRecordingStore:
         return _SeedOnlyRecordingStore()
-
-
-class TestConversationStore(ChatConversationStoreFullContract):
-    @pytest.fixture
-    def store(self, backend: str, tmp_path: Path, clock: ManualClock) -> ChatConversationStore:
-        if backend == "file":
-            return LocalFileChatConversationStore(tmp_path, clock=clock)
-        return InMemoryChatConversationStore(clock=clock)
-
-
-class TestStreamStoresStateMachine(ChatStreamStoresStateMachineContract):
-    @pytest.fixture
-    def supervision_store_factory(self, backend: str, tmp_path: Path) -> StoreFactory:
-        if backend == "file":
-            return functools.partial(LocalFileChatStreamSupervisionStore, tmp_path)
-        return InMemoryChatStreamSupervisionStore
-
-    @pytest.fixture
-    def recording_store_factory(self, backend: str, tmp_path: Path) -> StoreFactory:
-        if backend == "file":
-            return functools.partial(LocalFileChatStreamRecordingStore, tmp_path)
-        return InMemoryChatStreamRecordingStore
-
-
-class TestFileStoresAcrossProcesses(
-    ChatStreamSupervisionCrossProcessContract, ChatStreamRecordingCrossProcessContract
-):
-    @pytest.fixture
-    def supervision_store_factory(self, tmp_path: Path) -> StoreFactory:
-        return functools.partial(LocalFileChatStreamSupervisionStore, tmp_path / "supervision")
-
-    @pytest.fixture
-    def recording_store_factory(self, tmp_path: Path) -> StoreFactory:
-        return functools.partial(LocalFileChatStreamRecordingStore, tmp_path / "recording")
 
 
 # File-only guarantees -----------------------------------------------------------------

@@ -1,60 +1,210 @@
 """Every shipped backend's stores, for suites that run once per backend.
 
 ``BACKENDS`` are pytest params with readable ids (``memory``, ``file``,
-``sqlite``, ``postgres``, ``redis``) and the marks their servers need;
-``open_bundle`` opens the four stores of one backend (Redis has no
-conversation store) and closes them afterwards.
+``sqlite``, ``postgres``, ``redis``) and the marks their servers need; each
+value is a :class:`Backend`, which knows where one test's stores live and what
+sets the backend apart (the ids it refuses, whether it has a conversation
+store, whether other processes see its rows). Tests never branch on the
+backend: whatever differs is an attribute or a method here.
+
+``open_bundle`` opens the stores of one bundle (Redis has no conversation
+store) and closes them afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import pytest
 
 from tests.support.services import postgres_database, redis_prefix
 from tether import stores
+from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.stores import StoreBundle
+from tether.testing.contracts import TRICKY_IDS, StoreFactory
+
+Clock = Callable[[], datetime]
+
+POSTGRES_TRICKY_IDS = tuple(value for value in TRICKY_IDS if "\x00" not in value)
+"""PostgreSQL text cannot hold NUL; such ids are refused up front (a test of
+test_postgres_stores.py shows it), so the contract kit leaves them out there."""
+
+
+class Backend:
+    """One shipped backend, as the per-backend suites need it."""
+
+    name: ClassVar[str]
+    tricky_ids: ClassVar[tuple[str, ...]] = TRICKY_IDS
+    """The awkward ids the contract kit checks this backend with."""
+    has_conversations: ClassVar[bool] = True
+    """Whether the backend serves a conversation store."""
+    shared_by_processes: ClassVar[bool] = True
+    """Whether other processes see its rows (not so in memory)."""
+
+    def shared(self) -> AbstractContextManager[str | None]:
+        """What all the tests of a module may share (a database); default: nothing."""
+        return contextlib.nullcontext()
+
+    def url(self, shared: str | None, tmp_path: Path) -> AbstractContextManager[str]:
+        """The store URL of one test, given what :meth:`shared` gave."""
+        raise NotImplementedError
+
+    def conversation_store(
+        self, bundle: StoreBundle, url: str, clock: Clock
+    ) -> ChatConversationStore | None:
+        """The bundle's conversation store, but stamping times with ``clock``."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name}>"
+
+
+class _Memory(Backend):
+    name = "memory"
+    shared_by_processes = False
+
+    @contextlib.contextmanager
+    def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
+        yield "memory://"
+
+    def conversation_store(
+        self, bundle: StoreBundle, url: str, clock: Clock
+    ) -> ChatConversationStore:
+        from tether.adapters.conversation import InMemoryChatConversationStore
+
+        return InMemoryChatConversationStore(clock=clock)
+
+
+class _File(Backend):
+    name = "file"
+
+    @contextlib.contextmanager
+    def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
+        yield f"file://{tmp_path / 'stores'}"
+
+    def conversation_store(
+        self, bundle: StoreBundle, url: str, clock: Clock
+    ) -> ChatConversationStore:
+        from tether.adapters.conversation import LocalFileChatConversationStore
+
+        # Where ``tether.stores.from_url`` puts the conversations of ``url``.
+        return LocalFileChatConversationStore(Path(urlsplit(url).path) / "conversations", clock)
+
+
+class _Database(Backend):
+    """SQLite and PostgreSQL: the conversation store is built over a database."""
+
+    def conversation_store(
+        self, bundle: StoreBundle, url: str, clock: Clock
+    ) -> ChatConversationStore:
+        store: Any = bundle.chat_conversation_store
+        clocked: ChatConversationStore = type(store)(store.database, clock=clock)
+        return clocked
+
+
+class _SQLite(_Database):
+    name = "sqlite"
+
+    @contextlib.contextmanager
+    def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
+        yield f"sqlite:///{tmp_path / 'stores.db'}"
+
+
+class _Postgres(_Database):
+    name = "postgres"
+    tricky_ids = POSTGRES_TRICKY_IDS
+
+    def shared(self) -> AbstractContextManager[str | None]:
+        return postgres_database()  # one database serves all the tests of a module
+
+    @contextlib.contextmanager
+    def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
+        assert shared is not None
+        yield shared
+
+
+class _Redis(Backend):
+    name = "redis"
+    has_conversations = False
+
+    @contextlib.contextmanager
+    def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
+        with redis_prefix() as url:  # a key prefix is cheap: one per test
+            yield url
+
+
+def _param(backend: Backend, *marks: pytest.MarkDecorator) -> Any:
+    return pytest.param(backend, id=backend.name, marks=marks)
+
 
 BACKENDS = [
-    pytest.param("memory", id="memory"),
-    pytest.param("file", id="file"),
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    pytest.param("redis", id="redis", marks=pytest.mark.redis),
+    _param(_Memory()),
+    _param(_File()),
+    _param(_SQLite()),
+    _param(_Postgres(), pytest.mark.postgres),
+    _param(_Redis(), pytest.mark.redis),
 ]
 """Every backend that ships with tether."""
 
-CONVERSATION_BACKENDS = [param for param in BACKENDS if param.id != "redis"]
+CONVERSATION_BACKENDS = [param for param in BACKENDS if param.values[0].has_conversations]
 """The backends with a conversation store (Redis has none)."""
+
+CROSS_PROCESS_BACKENDS = [param for param in BACKENDS if param.values[0].shared_by_processes]
+"""The backends whose rows several processes share (all but memory)."""
+
+
+class SharedPlaces:
+    """What each backend's tests of one module share, set up on first use.
+
+    Only PostgreSQL shares anything (one database: creating one is most of a
+    contract test's time, and the kit gives every test fresh ids). A failure to
+    set up (no server: a skip, or with ``TETHER_REQUIRE_SERVICES=1`` a failure)
+    is remembered and repeated for that backend's later tests.
+    """
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self._stack = stack
+        self._places: dict[str, str | None] = {}
+        self._failures: dict[str, BaseException] = {}
+
+    def of(self, backend: Backend) -> str | None:
+        if backend.name in self._failures:
+            raise self._failures[backend.name]
+        if backend.name not in self._places:
+            try:
+                self._places[backend.name] = self._stack.enter_context(backend.shared())
+            except BaseException as error:
+                self._failures[backend.name] = error
+                raise
+        return self._places[backend.name]
 
 
 @contextlib.contextmanager
-def backend_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A store URL of ``backend`` that no other test shares."""
-    if backend == "memory":
-        yield "memory://"
-    elif backend == "file":
-        yield f"file://{tmp_path / 'stores'}"
-    elif backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'stores.db'}"
-    elif backend == "postgres":
-        with postgres_database() as url:
-            yield url
-    elif backend == "redis":
-        with redis_prefix() as url:
-            yield url
-    else:
-        raise ValueError(f"unknown backend {backend!r}")
+def shared_places() -> Iterator[SharedPlaces]:
+    """A :class:`SharedPlaces`; everything it set up is torn down on exit."""
+    with contextlib.ExitStack() as stack:
+        yield SharedPlaces(stack)
+
+
+def bundle_of(backend: Backend, url: str, clock: Clock) -> StoreBundle:
+    """The stores of ``url``, the conversation store stamping times with ``clock``."""
+    bundle = stores.from_url(url)
+    if bundle.chat_conversation_store is None:
+        return bundle
+    return replace(bundle, chat_conversation_store=backend.conversation_store(bundle, url, clock))
 
 
 @contextlib.asynccontextmanager
-async def open_bundle(url: str) -> AsyncIterator[StoreBundle]:
-    """The stores of ``url``, opened; closed on exit."""
-    bundle = stores.from_url(url)
+async def open_bundle(bundle: StoreBundle) -> AsyncIterator[StoreBundle]:
+    """``bundle``, its stores opened; closed on exit."""
     opened: list[Any] = []
     try:
         for store in bundle.setup_kwargs().values():
@@ -65,3 +215,27 @@ async def open_bundle(url: str) -> AsyncIterator[StoreBundle]:
     finally:
         for store in reversed(opened):
             await store.aclose()
+
+
+# Picklable store factories: top level, so a spawned child process can import
+# them and build its own store (and connections) from the URL.
+
+
+def supervision_store(url: str) -> Any:
+    """The supervision store of ``url``, unopened."""
+    return stores.from_url(url).chat_stream_supervision_store
+
+
+def recording_store(url: str) -> Any:
+    """The recording store of ``url``, unopened."""
+    return stores.from_url(url).chat_stream_recording_store
+
+
+def supervision_store_factory(url: str) -> StoreFactory:
+    """A picklable factory of fresh supervision stores on ``url``."""
+    return functools.partial(supervision_store, url)
+
+
+def recording_store_factory(url: str) -> StoreFactory:
+    """A picklable factory of fresh recording stores on ``url``."""
+    return functools.partial(recording_store, url)
