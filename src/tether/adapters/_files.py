@@ -16,9 +16,11 @@ Every file store follows the same four rules, implemented once here:
   nothing ever reads a broken document as empty and overwrites it.
 - **Read-check-write is serialized by a separate lock file.** :func:`exclusive_lock`
   takes ``fcntl.flock`` on ``<name>.lock``, never on the document being replaced
-  (a replaced file is a new inode, so a lock on it would protect nothing). Lock
-  files are never deleted: removing one while another process waits on it would
-  let two holders in at once.
+  (a replaced file is a new inode, so a lock on it would protect nothing). A
+  holder may remove its lock file (:func:`remove_lock_file`, when the row it
+  guards is erased): whoever was waiting on the removed file finds, once it
+  holds it, that the path no longer names it, and locks the path anew, so
+  two holders are never in at once.
 
 The helpers are blocking; stores call them inside one :func:`run_in_thread` per
 operation so the event loop never waits on the disk. POSIX only (``fcntl``).
@@ -216,15 +218,42 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
 
     The lock excludes other processes and other threads of this one alike:
     every call opens its own file description. Closing the descriptor releases
-    it, also when the holder dies.
+    it, also when the holder dies. A lock file removed by its holder while
+    this call waited on it is not the lock any more: the call then locks
+    whatever file the path names now.
     """
-    _make_dirs(lock_path.parent, durable=False)
-    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    while True:
+        _make_dirs(lock_path.parent, durable=False)
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            held = _names(lock_path, descriptor)
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if held:
+            break
+        os.close(descriptor)
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
     finally:
         os.close(descriptor)
+
+
+def remove_lock_file(lock_path: Path) -> None:
+    """Remove ``lock_path``; call it only while holding it (``exclusive_lock``)."""
+    with suppress(FileNotFoundError):
+        lock_path.unlink()
+
+
+def _names(path: Path, descriptor: int) -> bool:
+    """Whether ``path`` still names the file open as ``descriptor``."""
+    try:
+        current = os.stat(path)
+    except FileNotFoundError:
+        return False
+    opened = os.fstat(descriptor)
+    return (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
 
 
 def _utf8(text: str) -> bytes:

@@ -194,3 +194,17 @@ class ChatConversationStore(ABC):
     ) -> bool:
         """Remove the conversation; returns whether one existed."""
         raise NotImplementedError
+
+    async def list_stale_conversations(
+        self, updated_before: datetime, limit: int = 100, cursor: str | None = None
+    ) -> ConversationPage:
+        """Conversations of every tenant and owner last updated before
+        ``updated_before``, oldest first; ``cursor`` (opaque, from
+        ``next_cursor``) continues after the page that gave it.
+
+        For retention (``tether db prune``), which then erases each as its
+        owner. No requester is checked, so no route may serve it. A malformed
+        cursor or a limit below 1 raises ``ValueError``. Optional: the default
+        raises ``NotImplementedError`` and prune says the store cannot do it.
+        """
+        raise NotImplementedError

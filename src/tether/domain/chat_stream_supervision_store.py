@@ -133,3 +133,18 @@ class ChatStreamSupervisionStore(ABC):
         """
         row = await self.read(tenant, requester_uuid, session_id)
         return 0 if row is None else row.epoch
+
+    async def find_by_message_id(
+        self, tenant: str, requester_uuid: str | None, message_id: str
+    ) -> str | None:
+        """The ``session_id`` of the requester's conversation whose current row
+        holds ``message_id``, or None; never another requester's, nor a row
+        that has since moved on to another turn or was deleted.
+
+        Optional: lets a cancel name only the turn (``DELETE
+        /chat/stream/{message_id}`` without ``session_id``, as the seed's SDK
+        clients send it) and still find it on any replica. The shipped
+        backends answer with one indexed read. The default raises
+        ``NotImplementedError``: the server then asks for the ``session_id``.
+        """
+        raise NotImplementedError

@@ -12,6 +12,7 @@ from tether.adapters._files import (
     exclusive_lock,
     read_json,
     remove_file,
+    remove_lock_file,
     row_files,
     run_in_thread,
     store_root,
@@ -36,7 +37,7 @@ class LocalFileChatAgentStateStore(ChatAgentStateStore):
     ``{"fence": n}`` (escaped ids never hold a ".", so no session's state file
     can have that name). ``save_fenced`` and ``fence`` hold an exclusive
     ``flock`` on the sibling ``.lock`` file across reading the fence and
-    writing; ``delete`` removes the state and keeps the fence. A fenced save
+    writing; ``delete`` removes the state (and the lock file) and keeps the fence. A fenced save
     raises the fence before it writes the state, so a crash between the two
     leaves a fence, never a state its fence does not guard.
     """
@@ -75,9 +76,10 @@ class LocalFileChatAgentStateStore(ChatAgentStateStore):
         await run_in_thread(_fence, files, epoch)
 
     async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
-        """Remove the saved state (the fence stays); a no-op when nothing exists."""
+        """Remove the saved state and its lock file (the fence stays); a no-op
+        when nothing exists."""
         files = self._files(tenant, user_uuid, session_id)
-        await run_in_thread(remove_file, files.data, durable=True)
+        await run_in_thread(_delete, files)
 
     def _files(self, tenant: str, user_uuid: str | None, session_id: str) -> RowFiles:
         return row_files(self._base, "agent-state", tenant, user_uuid or "", session_id)
@@ -121,6 +123,12 @@ def _save_fenced(files: RowFiles, state: DependencyState, epoch: int) -> bool:
             write_json(fence_path, {_FENCE: epoch}, durable=True)
         write_json(files.data, state, durable=True)
         return True
+
+
+def _delete(files: RowFiles) -> None:
+    with exclusive_lock(files.lock):
+        remove_file(files.data, durable=True)
+        remove_lock_file(files.lock)
 
 
 def _fence(files: RowFiles, epoch: int) -> None:

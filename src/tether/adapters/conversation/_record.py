@@ -196,6 +196,47 @@ def page(records: Iterable[ConversationRecord], limit: int, cursor: str | None) 
     return ConversationPage(items=items, next_cursor=next_cursor)
 
 
+def stale_page(
+    records: Iterable[ConversationRecord],
+    updated_before: datetime,
+    limit: int,
+    cursor: str | None,
+) -> ConversationPage:
+    """The records last updated before ``updated_before``, oldest first (ties by
+    tenant, then session id), one page of ``limit``; the cursor is the last
+    item's position, as in ``page``."""
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    after = _decode_stale_cursor(cursor) if cursor is not None else None
+    ordered = sorted(
+        (record for record in records if record.updated_at < updated_before),
+        key=lambda record: (record.updated_at, record.tenant, record.session_id),
+    )
+    if after is not None:
+        ordered = [r for r in ordered if (r.updated_at, r.tenant, r.session_id) > after]
+    items = [record.summary() for record in ordered[:limit]]
+    next_cursor = _encode_stale_cursor(ordered[limit - 1]) if len(ordered) > limit else None
+    return ConversationPage(items=items, next_cursor=next_cursor)
+
+
+def _encode_stale_cursor(record: ConversationRecord) -> str:
+    position = [record.updated_at.isoformat(), record.tenant, record.session_id]
+    return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
+
+
+def _decode_stale_cursor(cursor: str) -> tuple[datetime, str, str]:
+    try:
+        updated_at, tenant, session_id = json.loads(
+            base64.urlsafe_b64decode(cursor.encode("ascii"))
+        )
+        position = (datetime.fromisoformat(updated_at), tenant, session_id)
+    except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
+        raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
+    if position[0].tzinfo is None or not (isinstance(tenant, str) and isinstance(session_id, str)):
+        raise ValueError(f"malformed conversation cursor: {cursor!r}")
+    return position
+
+
 def _title(messages: list[ChatMessage]) -> str:
     for message in messages:
         if message.sender is ChatMessageSender.USER:

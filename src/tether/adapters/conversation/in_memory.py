@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 from tether.adapters.conversation._record import (
@@ -10,6 +11,7 @@ from tether.adapters.conversation._record import (
     Clock,
     ConversationRecord,
     page,
+    stale_page,
     stamp,
     utc_now,
 )
@@ -176,6 +178,13 @@ class InMemoryChatConversationStore(ChatConversationStore):
                 if record_tenant == tenant and record.owner_uuid == owner
             ]
             return page(own, limit, cursor)
+
+    async def list_stale_conversations(
+        self, updated_before: datetime, limit: int = 100, cursor: str | None = None
+    ) -> ConversationPage:
+        """Every owner's conversations last updated before ``updated_before``, oldest first."""
+        async with self._lock:
+            return stale_page(list(self._records.values()), updated_before, limit, cursor)
 
     async def set_shared(
         self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool

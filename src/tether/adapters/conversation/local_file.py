@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from tether.adapters._files import (
     exclusive_lock,
     read_model,
     remove_file,
+    remove_lock_file,
     row_files,
     run_in_thread,
     store_root,
@@ -23,6 +25,7 @@ from tether.adapters.conversation._record import (
     Clock,
     ConversationRecord,
     page,
+    stale_page,
     stamp,
     utc_now,
 )
@@ -179,6 +182,15 @@ class LocalFileChatConversationStore(ChatConversationStore):
             cursor,
         )
 
+    async def list_stale_conversations(
+        self, updated_before: datetime, limit: int = 100, cursor: str | None = None
+    ) -> ConversationPage:
+        """Every owner's conversations last updated before ``updated_before``,
+        oldest first: a scan of every tenant's directory (retention runs rarely)."""
+        root = child_path(self._base, encode_component(_PREFIX))
+        records = await run_in_thread(_scan_all, root)
+        return stale_page(records, updated_before, limit, cursor)
+
     async def set_shared(
         self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool
     ) -> None:
@@ -259,7 +271,22 @@ def _delete(files: RowFiles, requester_uuid: str | None) -> bool:
         if record is None:
             return False
         record.require_owner(requester_uuid)
-        return remove_file(files.data, durable=True)
+        removed = remove_file(files.data, durable=True)
+        remove_lock_file(files.lock)  # nothing of the conversation stays behind
+        return removed
+
+
+def _scan_all(root: Path) -> list[ConversationRecord]:
+    try:
+        tenants = sorted(os.scandir(root), key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    return [
+        record
+        for entry in tenants
+        if entry.is_dir(follow_symlinks=False)
+        for record in _scan(Path(entry.path))
+    ]
 
 
 def _scan(directory: Path) -> list[ConversationRecord]:

@@ -1,33 +1,101 @@
-"""The one LISTEN connection a database object shares among all its waiting followers."""
+"""The one LISTEN connection a database object shares among all its subscriptions."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final
 
 import psycopg
 from psycopg import AsyncConnection
 
 from tether.adapters.postgres import queries
+from tether.domain.chat_stream_recording_store import EVERYTHING, ChangeSubscription, StreamChange
 
 logger = logging.getLogger(__name__)
 
 Connect = Callable[[], Awaitable[AsyncConnection[Any]]]
 
+_KINDS: Final = {
+    queries.RECORDING_CHANGE: frozenset({StreamChange.RECORDING}),
+    queries.SUPERVISION_CHANGE: frozenset({StreamChange.SUPERVISION}),
+}
+
+
+def parse_payload(payload: str) -> tuple[str, frozenset[StreamChange]]:
+    """The row key (hex) and the kinds of change a NOTIFY payload announces.
+
+    ``<key hex>:r`` is a recording write, ``<key hex>:s`` a supervision write
+    that changed the epoch. A bare key (a replica of the previous release) or
+    an unknown kind announces both kinds: a spurious wake-up is harmless.
+    """
+    key, _, kind = payload.partition(":")
+    return key, _KINDS.get(kind, EVERYTHING)
+
+
+class ListenerSubscription(ChangeSubscription):
+    """One conversation's changes as a :class:`ChangeListener` hears them.
+
+    Level-triggered: every announcement adds its kind to the pending set, which
+    the next ``wait`` returns (at once, if it is already non-empty) and clears.
+    """
+
+    def __init__(self, listener: ChangeListener, key: str) -> None:
+        self._listener = listener
+        self.key = key
+        """The conversation's row key in hex, as NOTIFY payloads carry it."""
+        self.missed = False
+        """Set while announcements may have gone unheard (LISTEN was not in
+        effect); the listener then announces everything once it is."""
+        self._pending: set[StreamChange] = set()
+        self._heard = asyncio.Event()
+        self._closed = False
+
+    def hear(self, changes: Iterable[StreamChange]) -> None:
+        """An announcement for this conversation (called by the listener)."""
+        self._pending.update(changes)
+        self._heard.set()
+
+    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
+        """What was announced since the previous ``wait`` (at once if anything
+        was), or empty after ``max_wait`` seconds without an announcement."""
+        if self._closed:
+            await asyncio.sleep(max(max_wait, 0))
+            return frozenset()
+        if not self._pending and max_wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max_wait):
+                    await self._heard.wait()
+        heard, self._pending = frozenset(self._pending), set()
+        self._heard.clear()
+        return heard
+
+    async def aclose(self) -> None:
+        """Stop hearing changes (a ``wait`` in progress returns). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._listener.drop(self)
+            self._heard.set()
+
 
 class ChangeListener:
-    """Dispatches NOTIFY payloads (row keys in hex) to the tasks waiting on them.
+    """Dispatches NOTIFY payloads (``<row key in hex>:<kind>``) to the subscriptions
+    of that row key.
 
-    The connection is opened by the first waiter, not before: a replica that
-    never follows another replica's stream never holds it. When it is lost
+    The connection is opened by the first subscription, not before: a replica
+    that never follows another replica's stream never holds it. When it is lost
     (server restart, network), the listener reconnects in the background with a
     growing delay (``retry_delay`` doubling up to ``max_retry_delay``);
-    meanwhile waiters simply sleep out their ``max_wait``, which turns followers
-    into pollers until the connection is back. After a reconnect every waiter is
-    woken once, because changes made while nobody listened were never announced.
+    meanwhile subscriptions hear nothing and their ``wait`` sleeps out its
+    ``max_wait``, which turns followers into pollers until the connection is
+    back. Once LISTEN is in effect again every subscription that existed while
+    it was not hears both kinds of change, because changes made while nobody
+    listened were never announced: the ones that lived through an outage, and
+    the ones made before the first LISTEN of the connection took effect (a
+    follower subscribes before its first read; what changes between that read
+    and LISTEN taking effect must not be lost).
     """
 
     def __init__(
@@ -42,29 +110,41 @@ class ChangeListener:
         self._display_url = display_url
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._subscriptions: dict[str, set[ListenerSubscription]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
 
-    async def wait(self, payload: str, max_wait: float) -> bool:
-        """Wait up to ``max_wait`` seconds for a notification carrying ``payload``."""
+    def subscribe(self, key: str, *, catch_up: bool = True) -> ListenerSubscription:
+        """Hear the announcements of row ``key`` (hex) from now on; starts
+        listening if needed.
+
+        With ``catch_up`` (the default), a subscription made before LISTEN is in
+        effect hears both kinds of change once it is, since what changed in
+        between was announced to nobody. Without it the subscription hears only
+        what is announced once LISTEN is in effect (and both kinds after a
+        reconnect, as every subscription does).
+        """
+        subscription = ListenerSubscription(self, key)
+        subscription.missed = catch_up and not self._subscribed.is_set()
+        self._subscriptions.setdefault(key, set()).add(subscription)
+        self._start()
+        return subscription
+
+    def drop(self, subscription: ListenerSubscription) -> None:
+        """Forget ``subscription`` (its ``aclose`` calls this)."""
+        subscriptions = self._subscriptions.get(subscription.key)
+        if subscriptions is not None:
+            subscriptions.discard(subscription)
+            if not subscriptions:
+                del self._subscriptions[subscription.key]
+
+    async def wait(self, key: str, max_wait: float) -> bool:
+        """Wait up to ``max_wait`` seconds for an announcement of row ``key`` (hex),
+        on a subscription of its own: only what is announced meanwhile counts."""
         if max_wait <= 0:
             return False
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters.setdefault(payload, set())
-        waiters.add(future)
-        try:
-            self._start()
-            try:
-                async with asyncio.timeout(max_wait):
-                    await future
-            except TimeoutError:
-                return False
-            return True
-        finally:
-            waiters.discard(future)
-            if not waiters and self._waiters.get(payload) is waiters:
-                del self._waiters[payload]
+        async with self.subscribe(key, catch_up=False) as subscription:
+            return bool(await subscription.wait(max_wait))
 
     async def listening(self, within: float) -> bool:
         """Start listening if needed; whether LISTEN is in effect within ``within`` s."""
@@ -77,13 +157,14 @@ class ChangeListener:
         return True
 
     async def aclose(self) -> None:
-        """Stop listening and close the connection; waiters left sleep out their wait."""
+        """Stop listening and close the connection; subscriptions left hear nothing
+        more until listening starts again (then everything, once)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._subscribed.clear()
+        self._stopped_listening()
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
@@ -93,7 +174,6 @@ class ChangeListener:
 
     async def _run(self) -> None:
         delay = self._retry_delay
-        ever_subscribed = False
         while True:
             try:
                 connection = await self._connect()
@@ -105,11 +185,9 @@ class ChangeListener:
                         await connection.execute(queries.LISTEN)
                         self._subscribed.set()
                         delay = self._retry_delay
-                        if ever_subscribed:
-                            self._wake_all()
-                        ever_subscribed = True
+                        self._catch_up()
                         async for notification in connection.notifies():
-                            self._wake(notification.payload)
+                            self._dispatch(notification.payload)
                 except psycopg.Error as error:
                     logger.warning(
                         "LISTEN connection to %s lost (%s); followers poll until it is back",
@@ -117,15 +195,24 @@ class ChangeListener:
                         error,
                     )
                 finally:
-                    self._subscribed.clear()
+                    self._stopped_listening()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._max_retry_delay)
 
-    def _wake(self, payload: str) -> None:
-        for future in self._waiters.get(payload, ()):
-            if not future.done():
-                future.set_result(None)
+    def _dispatch(self, payload: str) -> None:
+        key, changes = parse_payload(payload)
+        for subscription in self._subscriptions.get(key, ()):
+            subscription.hear(changes)
 
-    def _wake_all(self) -> None:
-        for payload in list(self._waiters):
-            self._wake(payload)
+    def _stopped_listening(self) -> None:
+        self._subscribed.clear()
+        for subscriptions in self._subscriptions.values():
+            for subscription in subscriptions:
+                subscription.missed = True
+
+    def _catch_up(self) -> None:
+        for subscriptions in self._subscriptions.values():
+            for subscription in subscriptions:
+                if subscription.missed:
+                    subscription.missed = False
+                    subscription.hear(EVERYTHING)

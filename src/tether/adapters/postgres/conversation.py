@@ -302,6 +302,23 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
         return ConversationPage(items=items, next_cursor=next_cursor)
 
+    async def list_stale_conversations(
+        self, updated_before: datetime, limit: int = 100, cursor: str | None = None
+    ) -> ConversationPage:
+        """Every owner's conversations last updated before ``updated_before``,
+        oldest first (ties by row key), by the ``(updated_at, key)`` index."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        params: dict[str, Any] = {"before": updated_before, "limit": limit + 1}
+        if cursor is None:
+            rows = await self._database.fetch_all(queries.LIST_STALE_CONVERSATIONS, params)
+        else:
+            params["after_updated_at"], params["after_key"] = _decode_cursor(cursor)
+            rows = await self._database.fetch_all(queries.LIST_STALE_CONVERSATIONS_AFTER, params)
+        items = [_summary(_record(row), row) for row in rows[:limit]]
+        next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+        return ConversationPage(items=items, next_cursor=next_cursor)
+
     async def set_shared(
         self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool
     ) -> None:

@@ -18,6 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from tether.adapters.postgres import migrations
 from tether.adapters.postgres._conninfo import redact, split_store_url, with_libpq_defaults
 from tether.adapters.postgres._notifications import ChangeListener
+from tether.domain.chat_stream_recording_store import ChangeSubscription
 from tether.domain.store_errors import StoreError, StoreUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -192,14 +193,21 @@ class PostgresDatabase:
     async def listen(self) -> None:
         """Start the shared LISTEN connection now and wait until it is subscribed.
 
-        Optional: the first ``wait_for_change`` starts it anyway. Raises
-        ``StoreUnavailableError`` if it is not subscribed within ``timeout``.
+        Optional: the first ``subscribe`` or ``wait_for_change`` starts it
+        anyway. Raises ``StoreUnavailableError`` if it is not subscribed within
+        ``timeout``.
         """
         self._require_open()
         if not await self._listener.listening(self._timeout):
             raise StoreUnavailableError(
                 f"PostgreSQL at {self.display_url}: LISTEN not in effect after {self._timeout:g} s"
             )
+
+    def subscribe(self, key: bytes) -> ChangeSubscription:
+        """Hear the announced writes to the rows ``key`` from now on (see
+        ``ChangeListener``); starts the shared LISTEN connection if needed."""
+        self._require_open()
+        return self._listener.subscribe(key.hex())
 
     async def wait_for_change(self, key: bytes, max_wait: float) -> bool:
         """Wait until a write to the row ``key`` is announced, or ``max_wait`` passes."""

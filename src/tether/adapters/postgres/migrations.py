@@ -190,6 +190,23 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        version=3,
+        description="lookups by message id and by age",
+        statements=(
+            # A cancel that names only its turn (find_by_message_id). A hash
+            # index: ids of any length, where a B-tree entry over ~2.7 kB fails.
+            """
+            CREATE INDEX tether_stream_supervision_by_message
+            ON tether_stream_supervision USING hash (message_id)
+            """,
+            # Retention: every owner's conversations, oldest first.
+            """
+            CREATE INDEX tether_conversations_by_age
+            ON tether_conversations (updated_at, key)
+            """,
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

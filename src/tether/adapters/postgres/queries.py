@@ -16,10 +16,13 @@ Rules every statement here follows:
   that upsert returned it: a concurrent ``fence`` waits for the write's commit
   or is seen by it, never neither. A supervision claim is the exception that
   runs in a transaction of its own (see :data:`CLAIM_SUPERVISION`).
-- Every write to a recording or a supervision row calls ``pg_notify`` on
-  :data:`CHANNEL` with the row's key in hex, in the ``RETURNING`` clause of the
-  same statement: a notification goes out exactly when a row was written, and
-  only once that write commits.
+- Every write to a recording, and every write to a supervision row that
+  changes its epoch (a claim, a takeover, a cancel, a verdict, a hand-off, a
+  delete; not a heartbeat, which swaps at the same epoch), calls ``pg_notify``
+  on :data:`CHANNEL` with the row's key in hex and the kind of change
+  (``<key hex>:r`` or ``<key hex>:s``), in the ``RETURNING`` clause of the same
+  statement: a notification goes out exactly when such a write happened, and
+  only once it commits.
 - Where a write may skip the fsync wait (heartbeats, recording puts at the
   stored epoch; see ``PostgresDatabase``), the statement itself calls
   ``set_config('synchronous_commit', 'off', true)``, which is ``SET LOCAL`` for
@@ -31,7 +34,14 @@ from __future__ import annotations
 from typing import Final
 
 CHANNEL: Final = "tether_stream_changes"
-"""The NOTIFY channel of recording and supervision writes; the payload is the row key in hex."""
+"""The NOTIFY channel of recording and supervision writes; the payload is the row key
+in hex, ``:`` and the kind of change (:data:`RECORDING_CHANGE`, :data:`SUPERVISION_CHANGE`)."""
+
+RECORDING_CHANGE: Final = "r"
+"""The payload's kind of a recording put or delete."""
+
+SUPERVISION_CHANGE: Final = "s"
+"""The payload's kind of a supervision write that changed the epoch, or a delete."""
 
 LISTEN: Final = "LISTEN tether_stream_changes"
 
@@ -108,6 +118,15 @@ FROM tether_stream_supervision
 WHERE key = %(key)s
 """
 
+FIND_SUPERVISION_BY_MESSAGE: Final = """
+SELECT session_id
+FROM tether_stream_supervision
+WHERE message_id = %(message_id)s
+  AND tenant = %(tenant)s AND requester_uuid = %(requester_uuid)s
+LIMIT 1
+"""
+"""The requester's row holding a turn; served by the hash index on ``message_id``."""
+
 LAST_SUPERVISION_EPOCH: Final = """
 SELECT greatest(
     (SELECT epoch FROM tether_stream_supervision_epoch WHERE key = %(key)s),
@@ -129,7 +148,7 @@ WITH written AS (
     )
     ON CONFLICT (key) DO NOTHING
     RETURNING key, tenant, requester_uuid, session_id, epoch,
-              pg_notify('tether_stream_changes', encode(key, 'hex'))
+              pg_notify('tether_stream_changes', encode(key, 'hex') || ':s')
 ),
 raised AS (
     INSERT INTO tether_stream_supervision_epoch AS granted
@@ -156,7 +175,8 @@ WITH written AS (
         message_id = %(message_id)s, epoch = %(epoch)s
     WHERE key = %(key)s AND epoch = %(expected_epoch)s
     RETURNING key, tenant, requester_uuid, session_id, epoch,
-              pg_notify('tether_stream_changes', encode(key, 'hex'))
+              CASE WHEN epoch <> %(expected_epoch)s
+                  THEN pg_notify('tether_stream_changes', encode(key, 'hex') || ':s') END
 ),
 raised AS (
     INSERT INTO tether_stream_supervision_epoch AS granted
@@ -199,7 +219,7 @@ claimed AS (
     WHERE swap.expected_epoch IS NULL AND swap.epoch > coalesce(granted.epoch, 0)
     ON CONFLICT (key) DO NOTHING
     RETURNING key, tenant, requester_uuid, session_id, epoch,
-              pg_notify('tether_stream_changes', encode(key, 'hex'))
+              pg_notify('tether_stream_changes', encode(key, 'hex') || ':s')
 ),
 swapped AS (
     UPDATE tether_stream_supervision AS stored
@@ -209,7 +229,8 @@ swapped AS (
     WHERE stored.key = swap.key AND stored.epoch = swap.expected_epoch
     RETURNING stored.key, stored.tenant, stored.requester_uuid, stored.session_id,
               stored.epoch, swap.expected_epoch,
-              pg_notify('tether_stream_changes', encode(stored.key, 'hex'))
+              CASE WHEN stored.epoch <> swap.expected_epoch
+                  THEN pg_notify('tether_stream_changes', encode(stored.key, 'hex') || ':s') END
 ),
 raised AS (
     INSERT INTO tether_stream_supervision_epoch AS granted
@@ -249,7 +270,7 @@ WITH deleted AS (
     DELETE FROM tether_stream_supervision
     WHERE key = %(key)s AND message_id = %(message_id)s AND epoch = %(epoch)s
     RETURNING key, tenant, requester_uuid, session_id, epoch,
-              pg_notify('tether_stream_changes', encode(key, 'hex'))
+              pg_notify('tether_stream_changes', encode(key, 'hex') || ':s')
 ),
 kept AS (
     INSERT INTO tether_stream_supervision_epoch AS granted
@@ -293,7 +314,7 @@ written AS (
     SET epoch = excluded.epoch, stream_index = excluded.stream_index,
         message_id = excluded.message_id, message = excluded.message, recorded_at = now()
     WHERE stored.epoch <= excluded.epoch
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex') || ':r')
 )
 SELECT count(*) AS written,
        CASE WHEN (SELECT epoch FROM previous) = %(epoch)s
@@ -345,7 +366,7 @@ written AS (
     SET epoch = excluded.epoch, stream_index = excluded.stream_index,
         message_id = excluded.message_id, message = excluded.message, recorded_at = now()
     WHERE stored.epoch <= excluded.epoch
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex') || ':r')
 )
 SELECT put.position,
        put.key IN (SELECT key FROM written) AS written,
@@ -362,7 +383,7 @@ DELETE_RECORDING: Final = """
 WITH deleted AS (
     DELETE FROM tether_stream_recording
     WHERE key = %(key)s AND message_id = %(message_id)s
-    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex'))
+    RETURNING key, pg_notify('tether_stream_changes', encode(key, 'hex') || ':r')
 )
 SELECT count(*) AS deleted FROM deleted
 """
@@ -481,6 +502,27 @@ ORDER BY updated_at DESC, key DESC
 LIMIT %(limit)s
 """
 """The first page; served by the ``(owner_key, updated_at DESC, key DESC)`` index."""
+
+LIST_STALE_CONVERSATIONS: Final = """
+SELECT key, tenant, session_id, owner_uuid, agent_identifier, shared, last_turn_status,
+       title, message_count, created_at, updated_at
+FROM tether_conversations
+WHERE updated_at < %(before)s
+ORDER BY updated_at ASC, key ASC
+LIMIT %(limit)s
+"""
+"""Retention: every owner's conversations not updated since ``before``, oldest
+first; served by the ``(updated_at, key)`` index."""
+
+LIST_STALE_CONVERSATIONS_AFTER: Final = """
+SELECT key, tenant, session_id, owner_uuid, agent_identifier, shared, last_turn_status,
+       title, message_count, created_at, updated_at
+FROM tether_conversations
+WHERE updated_at < %(before)s
+  AND (updated_at, key) > (%(after_updated_at)s, %(after_key)s)
+ORDER BY updated_at ASC, key ASC
+LIMIT %(limit)s
+"""
 
 LIST_CONVERSATIONS_AFTER: Final = """
 SELECT key, tenant, session_id, owner_uuid, agent_identifier, shared, last_turn_status,

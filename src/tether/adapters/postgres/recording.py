@@ -13,6 +13,7 @@ from tether.adapters.postgres._keys import check_ids, session_key, written_per_i
 from tether.adapters.postgres._store import PostgresStore
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
@@ -38,9 +39,10 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
     ``put_many`` sends a batch of puts as one statement (one round trip), each
     fenced on its own row.
 
-    Every put and delete, and every supervision write, sends ``pg_notify`` with
-    the conversation's key; :meth:`wait_for_change` waits for those on the
-    database's one shared LISTEN connection.
+    Every put and delete, and every supervision write that changes the epoch
+    (not a heartbeat), sends ``pg_notify`` with the conversation's key and the
+    kind of change; :meth:`subscribe` (and :meth:`wait_for_change`) hear those
+    on the database's one shared LISTEN connection.
     """
 
     async def put(
@@ -129,11 +131,34 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
             },
         )
 
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear this conversation's puts and deletes (``RECORDING``) and its
+        supervision writes that change the epoch (``SUPERVISION``) from now on,
+        level-triggered (see ``ChangeSubscription``).
+
+        Registers with the database's shared LISTEN connection, starting it if
+        needed; a subscription made before LISTEN is in effect hears both kinds
+        once it is, and so does every subscription after a reconnect (changes
+        made meanwhile were announced to nobody). While the connection is down,
+        ``wait`` sleeps out its ``max_wait``: holders poll.
+        """
+        return self._database.subscribe(session_key(tenant, requester_uuid, session_id))
+
+    async def listen(self) -> None:
+        """Start the shared LISTEN connection now and wait until it is in effect
+        (optional: the first subscription starts it); ``StoreUnavailableError``
+        if it is not within the database's ``timeout``."""
+        await self._database.listen()
+
     async def wait_for_change(
         self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
     ) -> bool:
-        """True as soon as a recording or supervision write to this conversation is
-        notified, False after ``max_wait`` seconds without one.
+        """True as soon as a recording write or an epoch-changing supervision write
+        to this conversation is notified, False after ``max_wait`` seconds
+        without one. Only what is announced during the call counts: prefer
+        :meth:`subscribe`, which never loses a change.
 
         While the LISTEN connection is down (it reconnects in the background)
         this sleeps out ``max_wait``, so followers fall back to polling.

@@ -40,9 +40,11 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
     single statement whose guard and write PostgreSQL performs atomically: a claim
     is ``INSERT ... ON CONFLICT DO NOTHING``, a swap is ``UPDATE ... WHERE epoch =
     expected``, and a delete is ``DELETE ... WHERE message_id = ... AND epoch = ...``.
-    Racing writers therefore see exactly one winner per epoch. Every write sends
-    ``pg_notify`` for the conversation in the same statement, which is what
-    wakes followers on other replicas.
+    Racing writers therefore see exactly one winner per epoch. Every write that
+    changes the epoch (a claim, a takeover, a cancel, a verdict, a hand-off) and
+    every delete sends ``pg_notify`` for the conversation in the same statement,
+    which is what wakes followers on other replicas; a heartbeat (a swap at the
+    same epoch) sends none.
 
     Epochs only grow: ``tether_stream_supervision_epoch`` keeps the highest
     epoch ever written per conversation, raised by every claim and takeover in
@@ -151,6 +153,21 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
                 f"tether_stream_supervision row for {(tenant, requester_uuid, session_id)!r} "
                 f"is not a valid supervision row ({error}); left as is"
             ) from error
+
+    async def find_by_message_id(
+        self, tenant: str, requester_uuid: str | None, message_id: str
+    ) -> str | None:
+        """The requester's session whose row holds ``message_id``, or None: one
+        read by the ``tether_stream_supervision_by_message`` index."""
+        try:
+            check_ids(tenant, requester_uuid or "", message_id)
+        except ValueError:
+            return None  # an id no text column can hold is in no row
+        row = await self._database.fetch_one(
+            queries.FIND_SUPERVISION_BY_MESSAGE,
+            {"message_id": message_id, "tenant": tenant, "requester_uuid": requester_uuid or ""},
+        )
+        return None if row is None else str(row["session_id"])
 
     async def delete(
         self,

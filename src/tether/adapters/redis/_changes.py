@@ -1,30 +1,37 @@
 """Push for followers: one pub/sub subscription per connection, fanned out by conversation.
 
-Every supervision and recording script publishes the conversation it changed
-on ``{prefix}changes``. A connection subscribes once, lazily, on its first
-``wait``, and hands each message to the waiters of that conversation. One
-channel for everything keeps the subscription fixed: waiters come and go
-without SUBSCRIBE/UNSUBSCRIBE round trips, at the price of every replica
-hearing every conversation's writes (a few short messages per running turn
-per second).
+Every recording script, and every supervision script that changes the epoch
+or deletes the row, publishes the conversation it changed and the kind of
+change on ``{prefix}changes`` (see :func:`announcement`); heartbeats publish
+nothing. A connection subscribes once, lazily, on its first ``subscribe`` (or
+``wait``), and hands each message to the subscriptions of that conversation.
+One channel for everything keeps the subscription fixed: subscriptions come
+and go without SUBSCRIBE/UNSUBSCRIBE round trips, at the price of every
+replica hearing every conversation's announcements (a flush per running turn
+per flush interval, plus its claim and verdict).
 
-If the subscription drops, waiters simply sleep out their ``max_wait`` (the
-follower then polls) while a background task resubscribes with backoff; once
-it is back, every waiter is woken, because changes made while it was away
-were never heard. A silent connection is probed with PING and replaced when
-the pong does not come.
+If the subscription drops, subscriptions hear nothing and their ``wait``
+sleeps out its ``max_wait`` (the follower then polls) while a background task
+resubscribes with backoff; once it is back, every subscription hears both
+kinds of change, because changes made while it was away were never heard. So
+does a subscription made before the channel's first SUBSCRIBE took effect. A
+silent connection is probed with PING and replaced when the pong does not
+come.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import suppress
+from typing import Final
 
 import redis.asyncio
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
+
+from tether.domain.chat_stream_recording_store import EVERYTHING, ChangeSubscription, StreamChange
 
 logger = logging.getLogger(__name__)
 
@@ -35,49 +42,144 @@ _RETRY_FIRST = 0.1
 _RETRY_CAP = 2.0
 
 
+_KINDS: Final = {"r": StreamChange.RECORDING, "s": StreamChange.SUPERVISION}
+_CODES: Final = {change: code for code, change in _KINDS.items()}
+
+
+def announcement(conversation: str, change: StreamChange) -> str:
+    """The message announcing a ``change`` of ``conversation``: the conversation,
+    a newline (which no escaped conversation contains) and ``r`` or ``s``."""
+    return f"{conversation}\n{_CODES[change]}"
+
+
+def parse_announcement(message: str) -> tuple[str, frozenset[StreamChange]]:
+    """The conversation and the kinds of change a message announces. A bare
+    conversation (a replica of the previous release) or an unknown kind
+    announces both kinds: a spurious wake-up is harmless."""
+    conversation, separator, code = message.rpartition("\n")
+    if not separator:
+        return message, EVERYTHING
+    kind = _KINDS.get(code)
+    return conversation, EVERYTHING if kind is None else frozenset({kind})
+
+
 class _Silent(Exception):
     """The subscription stopped answering PING."""
 
 
+class FeedSubscription(ChangeSubscription):
+    """One conversation's changes as a :class:`ChangeFeed` hears them.
+
+    Level-triggered: every announcement adds its kind to the pending set, which
+    the next ``wait`` returns (at once, if it is already non-empty) and clears.
+    """
+
+    def __init__(self, feed: ChangeFeed, conversation: str) -> None:
+        self._feed = feed
+        self.conversation = conversation
+        self.missed = False
+        """Set while announcements may have gone unheard (the channel was not
+        subscribed); the feed then announces everything once it is."""
+        self._pending: set[StreamChange] = set()
+        self._heard = asyncio.Event()
+        self._closed = False
+
+    def hear(self, changes: Iterable[StreamChange]) -> None:
+        """An announcement for this conversation (called by the feed)."""
+        self._pending.update(changes)
+        self._heard.set()
+
+    def release(self) -> None:
+        """End a ``wait`` in progress with what is pending (the feed is closing)."""
+        self._heard.set()
+
+    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
+        """What was announced since the previous ``wait`` (at once if anything
+        was), or empty after ``max_wait`` seconds without an announcement."""
+        if self._closed:
+            await asyncio.sleep(max(max_wait, 0))
+            return frozenset()
+        if not self._pending and max_wait > 0:
+            with suppress(TimeoutError):
+                async with asyncio.timeout(max_wait):
+                    await self._heard.wait()
+        heard, self._pending = frozenset(self._pending), set()
+        self._heard.clear()
+        return heard
+
+    async def aclose(self) -> None:
+        """Stop hearing changes (a ``wait`` in progress returns). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._feed.drop(self)
+            self._heard.set()
+
+
 class ChangeFeed:
-    """Waiters by conversation, woken by the one shared subscription."""
+    """Subscriptions by conversation, fed by the one shared pub/sub subscription."""
 
     def __init__(self, client: redis.asyncio.Redis, channel: str, name: str) -> None:
         self._client = client
         self._channel = channel
         self._name = name
-        self._waiters: dict[str, set[asyncio.Future[bool]]] = {}
+        self._subscriptions: dict[str, set[FeedSubscription]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+
+    def subscribe(self, conversation: str, *, catch_up: bool = True) -> FeedSubscription:
+        """Hear ``conversation``'s announcements from now on; starts the feed if needed.
+
+        With ``catch_up`` (the default), a subscription made before the channel
+        is subscribed hears both kinds of change once it is, since what changed
+        in between was announced to nobody. Without it the subscription hears
+        only what is announced once the channel is subscribed (and both kinds
+        after a resubscribe, as every subscription does).
+        """
+        subscription = FeedSubscription(self, conversation)
+        subscription.missed = catch_up and not self._subscribed.is_set()
+        self._subscriptions.setdefault(conversation, set()).add(subscription)
+        self._start()
+        return subscription
+
+    def drop(self, subscription: FeedSubscription) -> None:
+        """Forget ``subscription`` (its ``aclose`` calls this)."""
+        subscriptions = self._subscriptions.get(subscription.conversation)
+        if subscriptions is not None:
+            subscriptions.discard(subscription)
+            if not subscriptions:
+                del self._subscriptions[subscription.conversation]
 
     async def wait(self, conversation: str, max_wait: float) -> bool:
         """True when ``conversation`` was announced (or the feed came back after a
-        drop) within ``max_wait`` seconds; False when the time ran out."""
+        drop) within ``max_wait`` seconds; False when the time ran out. Only what
+        is announced during the call counts."""
         if max_wait <= 0:
             return False
+        async with self.subscribe(conversation, catch_up=False) as subscription:
+            return bool(await subscription.wait(max_wait))
+
+    async def listening(self, within: float) -> bool:
+        """Start the feed if needed; whether the channel is subscribed within ``within`` s."""
         self._start()
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        waiters = self._waiters.setdefault(conversation, set())
-        waiters.add(future)
         try:
-            return await asyncio.wait_for(future, max_wait)
+            async with asyncio.timeout(within):
+                await self._subscribed.wait()
         except TimeoutError:
             return False
-        finally:
-            waiters.discard(future)
-            if not waiters and self._waiters.get(conversation) is waiters:
-                del self._waiters[conversation]
+        return True
 
     async def aclose(self) -> None:
-        """Stop listening and release every waiter (with False). Idempotent."""
+        """Stop listening and release every ``wait`` in progress (with what is
+        pending, usually nothing). Idempotent."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with suppress(asyncio.CancelledError):
                 await task
-        for waiters in self._waiters.values():
-            for future in waiters:
-                if not future.done():
-                    future.set_result(False)
+        self._stopped_listening()
+        for subscriptions in self._subscriptions.values():
+            for subscription in subscriptions:
+                subscription.release()
 
     def _start(self) -> None:
         if self._task is not None and not self._task.done():
@@ -86,14 +188,23 @@ class ChangeFeed:
             self._listen(), name=f"tether redis change feed ({self._name})"
         )
 
-    def _wake(self, conversation: str) -> None:
-        for future in self._waiters.get(conversation, ()):
-            if not future.done():
-                future.set_result(True)
+    def _dispatch(self, message: str) -> None:
+        conversation, changes = parse_announcement(message)
+        for subscription in self._subscriptions.get(conversation, ()):
+            subscription.hear(changes)
 
-    def _wake_all(self) -> None:
-        for conversation in list(self._waiters):
-            self._wake(conversation)
+    def _stopped_listening(self) -> None:
+        self._subscribed.clear()
+        for subscriptions in self._subscriptions.values():
+            for subscription in subscriptions:
+                subscription.missed = True
+
+    def _catch_up(self) -> None:
+        for subscriptions in self._subscriptions.values():
+            for subscription in subscriptions:
+                if subscription.missed:
+                    subscription.missed = False
+                    subscription.hear(EVERYTHING)
 
     async def _listen(self) -> None:
         delay = _RETRY_FIRST
@@ -107,11 +218,15 @@ class ChangeFeed:
                 # resubscribe by itself, which shows up as another "subscribe".
                 async for kind, data in _messages(pubsub):
                     if kind == "message":
-                        self._wake(_text(data))
+                        self._dispatch(_text(data))
                     elif kind == "subscribe":
                         if heard_before:
                             logger.info("change feed of %s is back", self._name)
-                            self._wake_all()
+                        if self._subscribed.is_set():
+                            # redis-py resubscribed by itself: it was away.
+                            self._stopped_listening()
+                        self._subscribed.set()
+                        self._catch_up()
                         heard_before, reported = True, False
                         delay = _RETRY_FIRST
             except Exception as error:
@@ -126,6 +241,7 @@ class ChangeFeed:
                 )
                 reported = True
             finally:
+                self._stopped_listening()
                 with suppress(Exception):
                     await pubsub.aclose()
             await asyncio.sleep(delay)

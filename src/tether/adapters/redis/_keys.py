@@ -17,9 +17,15 @@ accepted write and that never expires, so it outlives its row's delete and TTL::
     {prefix}supervision-epoch:{conversation}    the highest supervision epoch ever written
     {prefix}recording-fence:{conversation}      the recording's fence
 
-(one short key per conversation ever streamed, kept forever: epochs only grow).
-Every write to a supervision row or recording publishes ``{conversation}`` on
-the one channel ``{prefix}changes``.
+(one short key per conversation ever streamed, kept forever: epochs only grow),
+and, with its supervision row's TTL, one key per turn for ``find_by_message_id``::
+
+    {prefix}supervision-message:{tenant}:{requester}:{message_id}   the session id
+
+Every write to a recording, and every write to a supervision row that changes
+its epoch or deletes it (not a heartbeat), publishes ``{conversation}``, a
+newline and the kind of change (``r`` or ``s``) on the one channel
+``{prefix}changes``.
 """
 
 from __future__ import annotations
@@ -63,6 +69,11 @@ class KeyLayout:
 
     def recording(self, conversation: str) -> str:
         return f"{self.prefix}stream-recording:{conversation}"
+
+    def supervision_message(self, tenant: str, requester_uuid: str | None, message_id: str) -> str:
+        """The requester's turn ``message_id``: its session's id, with the row's TTL."""
+        parts = (tenant, requester_uuid or "", message_id)
+        return f"{self.prefix}supervision-message:" + ":".join(encode_part(p) for p in parts)
 
     def agent_state_fence(self, conversation: str) -> str:
         """No TTL: ``delete`` and ``state_ttl`` remove the checkpoint, never its fence."""

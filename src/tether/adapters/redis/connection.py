@@ -15,6 +15,7 @@ from tether.adapters.redis._changes import ChangeFeed
 from tether.adapters.redis._keys import DEFAULT_PREFIX, KeyLayout
 from tether.adapters.redis._scripts import Scripts
 from tether.adapters.redis._url import DEFAULT_STREAM_TTL, client_defaults, parse_url, pool_defaults
+from tether.domain.chat_stream_recording_store import ChangeSubscription
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
 from tether.stores import StoreURLError
 
@@ -151,6 +152,21 @@ class RedisConnection:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def subscribe(self, conversation: str) -> ChangeSubscription:
+        """Hear the announced changes of ``conversation`` from now on (see
+        ``ChangeFeed``); starts the change feed if needed."""
+        self._check_not_closed("subscribe to changes")
+        return self._changes.subscribe(conversation)
+
+    async def listen(self, within: float = 5.0) -> None:
+        """Start the change feed now and wait until its channel is subscribed;
+        ``StoreUnavailableError`` if it is not within ``within`` seconds."""
+        self._check_not_closed("listen for changes")
+        if not await self._changes.listening(within):
+            raise StoreUnavailableError(
+                f"Redis at {self.name}: the change feed is not subscribed after {within:g} s"
+            )
 
     async def wait_for_change(self, conversation: str, max_wait: float) -> bool:
         """Whether a write to ``conversation``'s rows was announced within ``max_wait``."""

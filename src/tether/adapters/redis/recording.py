@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tether.adapters.redis._changes import announcement
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     ChatStreamRecordingStore,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
+    StreamChange,
 )
 
 # Lua numbers are doubles: beyond 2^53 the fence's comparison would round.
@@ -27,8 +30,9 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
     are one Lua script; so are ``fence`` and the guarded delete. A reader
     fetches the hash with one command, so it never sees a torn record. Every
     put refreshes the connection's ``stream_ttl`` on the record and announces
-    the conversation on the change channel, which ``wait_for_change`` listens
-    to. One fence key stays per conversation.
+    the conversation (kind ``RECORDING``) on the change channel, which
+    ``subscribe`` and ``wait_for_change`` listen to; so does a delete. One
+    fence key stays per conversation.
     """
 
     async def put(
@@ -76,7 +80,7 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
             event.model_dump_json(),
             connection.stream_ttl,
             layout.channel,
-            conversation,
+            announcement(conversation, StreamChange.RECORDING),
         ]
         return [layout.recording(conversation), layout.recording_fence(conversation)], args
 
@@ -117,25 +121,51 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
         keys = [layout.recording(conversation), layout.recording_fence(conversation)]
-        args: list[str | int] = [message_id, layout.channel, conversation]
+        args: list[str | int] = [
+            message_id,
+            layout.channel,
+            announcement(conversation, StreamChange.RECORDING),
+        ]
         scripts = self._connection.scripts
         await self._connection.call(
             "delete a recording", lambda: scripts.recording_delete(keys, args)
         )
 
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear this conversation's puts and deletes (``RECORDING``) and its
+        supervision writes that change the epoch, and deletes (``SUPERVISION``),
+        from now on, level-triggered (see ``ChangeSubscription``).
+
+        Registers with the connection's one shared pub/sub subscription,
+        starting it if needed; a subscription made before the channel is
+        subscribed hears both kinds once it is, and so does every subscription
+        after a resubscribe (changes made meanwhile were heard by nobody). While
+        the channel is down, ``wait`` sleeps out its ``max_wait``: holders poll.
+        """
+        layout = self._connection.keys
+        return self._connection.subscribe(layout.conversation(tenant, requester_uuid, session_id))
+
+    async def listen(self) -> None:
+        """Start the change feed now and wait until its channel is subscribed
+        (optional: the first subscription starts it); ``StoreUnavailableError``
+        if it is not within 5 seconds."""
+        await self._connection.listen()
+
     async def wait_for_change(
         self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
     ) -> bool:
-        """True as soon as a put, delete or supervision write of this conversation
-        is announced on the change channel (by any process); False after
-        ``max_wait`` seconds without one.
+        """True as soon as a put, delete or epoch-changing supervision write of
+        this conversation is announced on the change channel (by any process);
+        False after ``max_wait`` seconds without one.
 
         Listens on the connection's one shared subscription, started on the first
         call. While that subscription is down, this sleeps out ``max_wait`` (the
         caller polls) and the subscription is restored in the background; once
         it is back every waiter is woken, since changes may have been missed. A
         change that lands between the caller's read and this call is not seen
-        here; a running producer writes again within a second.
+        here (:meth:`subscribe` sees it).
         """
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)

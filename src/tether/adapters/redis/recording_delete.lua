@@ -5,7 +5,8 @@
 --           should the record have been written before that key existed
 -- ARGV[1]   message_id
 -- ARGV[2]   the change channel
--- ARGV[3]   the conversation, published when the record is removed
+-- ARGV[3]   the announcement (the conversation and its kind of change),
+--           published when the record is removed
 --
 -- Returns 1 if the record was removed, 0 if it was left alone (or absent).
 

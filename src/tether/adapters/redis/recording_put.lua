@@ -11,7 +11,8 @@
 -- ARGV[2]   message_id        ARGV[3]   the event JSON
 -- ARGV[4]   TTL in seconds, refreshed on every put
 -- ARGV[5]   the change channel
--- ARGV[6]   the conversation, published when the record is written
+-- ARGV[6]   the announcement (the conversation and its kind of change),
+--           published when the record is written
 --
 -- Returns {1, epoch} when written, {0, the fence} when fenced.
 

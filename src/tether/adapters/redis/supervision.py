@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from urllib.parse import unquote
 
+from tether.adapters.redis._changes import announcement
+from tether.adapters.redis._keys import encode_part
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
+from tether.domain.chat_stream_recording_store import StreamChange
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
@@ -21,8 +25,11 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     the write of ``compare_and_swap`` and ``delete`` are one Lua script each, so
     no other client's command can come between them. Every write sets the
     connection's ``stream_ttl`` on the row (a running turn renews it with every
-    heartbeat; the rows of finished or abandoned turns expire) and publishes the
-    conversation on the change channel, which wakes followers on any replica.
+    heartbeat; the rows of finished or abandoned turns expire). Every write that
+    changes the epoch (a claim, a takeover, a cancel, a verdict, a hand-off) and
+    every delete publishes the conversation (kind ``SUPERVISION``) on the change
+    channel, which wakes followers on any replica; a heartbeat (a swap at the
+    same epoch) publishes nothing.
 
     Beside each row, ``{prefix}supervision-epoch:{conversation}`` holds the
     highest epoch ever written for the conversation (``last_epoch``). The same
@@ -99,6 +106,29 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
             raise corrupt(key, "is a supervision row missing its epoch or row field")
         return parse_row(ChatStreamSupervision, document, epoch, key)
 
+    async def find_by_message_id(
+        self, tenant: str, requester_uuid: str | None, message_id: str
+    ) -> str | None:
+        """The requester's session whose row holds ``message_id``, or None: the
+        turn's index key, checked against the row it names (two GETs)."""
+        layout = self._connection.keys
+        index = layout.supervision_message(tenant, requester_uuid, message_id)
+        client = self._connection.client
+        stored = await self._connection.call(
+            "find a turn's conversation", lambda: client.get(index)
+        )
+        if stored is None:
+            return None
+        encoded = stored.decode("ascii") if isinstance(stored, bytes) else str(stored)
+        session_id = unquote(encoded, errors="surrogatepass")
+        key = self._key(tenant, requester_uuid, session_id)
+        holding = await self._connection.call(
+            "read a supervision row's turn", lambda: client.hget(key, "message_id")
+        )
+        if isinstance(holding, bytes):
+            holding = holding.decode("utf-8", "surrogatepass")
+        return session_id if holding == message_id else None
+
     async def delete(
         self,
         tenant: str,
@@ -111,8 +141,17 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         the conversation's ``last_epoch`` stays."""
         layout = self._connection.keys
         conversation = layout.conversation(tenant, requester_uuid, session_id)
-        args: list[str | int] = [message_id, str(epoch), layout.channel, conversation]
-        keys = [layout.supervision(conversation), layout.supervision_epoch(conversation)]
+        args: list[str | int] = [
+            message_id,
+            str(epoch),
+            layout.channel,
+            announcement(conversation, StreamChange.SUPERVISION),
+        ]
+        keys = [
+            layout.supervision(conversation),
+            layout.supervision_epoch(conversation),
+            layout.supervision_message(tenant, requester_uuid, message_id),
+        ]
         scripts = self._connection.scripts
         await self._connection.call(
             "delete a supervision row", lambda: scripts.supervision_delete(keys, args)
@@ -125,9 +164,20 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
         for swap in swaps:
             conversation = layout.conversation(swap.tenant, swap.requester_uuid, swap.session_id)
             row = swap.supervision
-            keys += [layout.supervision(conversation), layout.supervision_epoch(conversation)]
+            keys += [
+                layout.supervision(conversation),
+                layout.supervision_epoch(conversation),
+                layout.supervision_message(swap.tenant, swap.requester_uuid, row.message_id),
+            ]
             expected = "" if swap.expected_epoch is None else str(swap.expected_epoch)
-            args += [expected, str(row.epoch), row.message_id, row.model_dump_json(), conversation]
+            args += [
+                expected,
+                str(row.epoch),
+                row.message_id,
+                row.model_dump_json(),
+                announcement(conversation, StreamChange.SUPERVISION),
+                encode_part(swap.session_id),
+            ]
         scripts = self._connection.scripts
         written = await self._connection.call(
             "compare-and-swap a supervision row", lambda: scripts.supervision_cas(keys, args)

@@ -8,23 +8,31 @@
 -- order, so a batch behaves exactly like the same swaps made one by one; it is
 -- not a transaction across rows. (Prepended: _epochs.lua.)
 --
--- KEYS[2 * i - 1]   the row of swap i
--- KEYS[2 * i]       the highest epoch of swap i's conversation
+-- Beside that, a string with the row's TTL maps the row's turn to its session
+-- (find_by_message_id): set with every accepted swap, so it lives as long as
+-- the row. A replaced turn's key is left to expire: the lookup checks the row.
+--
+-- KEYS[3 * i - 2]   the row of swap i
+-- KEYS[3 * i - 1]   the highest epoch of swap i's conversation
+-- KEYS[3 * i]       the index key of swap i's new message_id
 -- ARGV[1]   TTL in seconds, set on every row written (rows of dead turns expire)
 -- ARGV[2]   the change channel
 -- ARGV[3]   a token unique to this call
--- ARGV[4 + 5 * (i - 1) + n] for swap i:
+-- ARGV[4 + 6 * (i - 1) + n] for swap i:
 --   n = 0  the expected epoch, '' for "only if no row exists"
 --   n = 1  the new epoch      n = 2  the new message_id     n = 3  the new row JSON
---   n = 4  the conversation, published on the channel when the row is written
+--   n = 4  the announcement (the conversation and its kind of change), published
+--          on the channel when the row is written at a new epoch: a claim, a
+--          takeover, a verdict; not a heartbeat (the same epoch)
+--   n = 5  the session id (percent-encoded), stored at the index key
 --
 -- Returns one integer per swap: 1 written, 0 refused.
 
 local ttl, channel, call = ARGV[1], ARGV[2], ARGV[3]
 local written = {}
-for i = 1, #KEYS / 2 do
-  local key, epoch_key = KEYS[2 * i - 1], KEYS[2 * i]
-  local at = 4 + 5 * (i - 1)
+for i = 1, #KEYS / 3 do
+  local key, epoch_key, index_key = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local at = 4 + 6 * (i - 1)
   local expected, epoch = ARGV[at], ARGV[at + 1]
   local token = call .. '#' .. i
   local stored = redis.call('HMGET', key, 'epoch', 'token')
@@ -53,7 +61,10 @@ for i = 1, #KEYS / 2 do
       'row', ARGV[at + 3], 'token', token)
     redis.call('EXPIRE', key, ttl)
     redis.call('SET', epoch_key, highest(last, epoch))
-    redis.call('PUBLISH', channel, ARGV[at + 4])
+    redis.call('SET', index_key, ARGV[at + 5], 'EX', ttl)
+    if expected ~= epoch then
+      redis.call('PUBLISH', channel, ARGV[at + 4])
+    end
     written[i] = 1
   else
     written[i] = 0

@@ -5,9 +5,11 @@
 --
 -- KEYS[1]   the row (hash: epoch, message_id, row, token)
 -- KEYS[2]   the conversation's highest epoch (string, no TTL)
+-- KEYS[3]   the index key of message_id (string: the session id), removed with the row
 -- ARGV[1]   message_id        ARGV[2]   epoch (decimal)
 -- ARGV[3]   the change channel
--- ARGV[4]   the conversation, published when the row is removed
+-- ARGV[4]   the announcement (the conversation and its kind of change),
+--           published when the row is removed
 --
 -- Returns 1 if the row was removed, 0 if it was left alone (or absent).
 
@@ -18,6 +20,7 @@ if stored[1] == ARGV[1] and stored[2] == ARGV[2] then
     redis.call('SET', KEYS[2], ARGV[2])
   end
   redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[3])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return 1
 end

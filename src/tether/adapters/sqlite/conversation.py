@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import sqlite3
+from datetime import datetime
 from typing import Any
 
 from tether.adapters.conversation._record import (
@@ -220,6 +221,39 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         next_cursor = _encode_cursor(items[-1]) if len(summaries) > limit else None
         return ConversationPage(items=items, next_cursor=next_cursor)
 
+    async def list_stale_conversations(
+        self, updated_before: datetime, limit: int = 100, cursor: str | None = None
+    ) -> ConversationPage:
+        """Every owner's conversations last updated before ``updated_before``,
+        oldest first (ties by tenant, then session id), by the age index."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        values: dict[str, object] = {
+            "before_us": _codec.microseconds(updated_before),
+            "limit": limit + 1,
+        }
+        statement = queries.CONVERSATION_LIST_STALE_FIRST
+        if cursor is not None:
+            after_us, after_tenant, after_session = _decode_stale_cursor(cursor)
+            values.update(
+                after_us=after_us,
+                after_tenant=_codec.key(after_tenant),
+                after_session=_codec.key(after_session),
+            )
+            statement = queries.CONVERSATION_LIST_STALE_AFTER
+
+        def listing(connection: sqlite3.Connection) -> list[ConversationSummary]:
+            rows = connection.execute(statement, values).fetchall()
+            return [
+                _summary(_codec.text(tenant, "a conversation row's tenant"), session, summary)
+                for tenant, session, summary in rows
+            ]
+
+        summaries = await self._database.read(Lane.DURABLE, listing)
+        items = summaries[:limit]
+        next_cursor = _encode_stale_cursor(items[-1]) if len(summaries) > limit else None
+        return ConversationPage(items=items, next_cursor=next_cursor)
+
     async def set_shared(
         self, tenant: str, requester_uuid: str | None, session_id: str, shared: bool
     ) -> None:
@@ -310,6 +344,23 @@ def _summary(tenant: str, session: object, raw: object) -> ConversationSummary:
 def _encode_cursor(item: ConversationSummary) -> str:
     position = [_codec.microseconds(item.updated_at), item.session_id]
     return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
+
+
+def _encode_stale_cursor(item: ConversationSummary) -> str:
+    position = [_codec.microseconds(item.updated_at), item.tenant, item.session_id]
+    return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
+
+
+def _decode_stale_cursor(cursor: str) -> tuple[int, str, str]:
+    try:
+        updated_us, tenant, session_id = json.loads(
+            base64.urlsafe_b64decode(cursor.encode("ascii"))
+        )
+    except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
+        raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
+    if type(updated_us) is not int or not (isinstance(tenant, str) and isinstance(session_id, str)):
+        raise ValueError(f"malformed conversation cursor: {cursor!r}")
+    return updated_us, tenant, session_id
 
 
 def _decode_cursor(cursor: str) -> tuple[int, str]:

@@ -112,6 +112,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) STRICT
         """,
     ),
+    # Version 3: lookups the API needs without a session id. A cancel names only
+    # its turn (``find_by_message_id``); retention lists conversations of every
+    # owner by age (``list_stale_conversations``).
+    (
+        """
+        CREATE INDEX stream_supervision_by_message
+            ON stream_supervision (message_id, tenant, requester_uuid)
+        """,
+        """
+        CREATE INDEX conversation_by_age ON conversation (updated_us, tenant, session_id)
+        """,
+    ),
 )
 """Migration ``n`` (1-based) brings the schema from version ``n - 1`` to ``n``.
 Append new migrations; never edit one that has shipped."""
@@ -215,6 +227,12 @@ SUPERVISION_RECORD_EPOCH = """
     ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE
         SET epoch = max(stream_epoch.epoch, excluded.epoch)
 """
+# The requester's row holding a turn, by the index on message_id.
+SUPERVISION_FIND_BY_MESSAGE = """
+    SELECT session_id FROM stream_supervision
+    WHERE message_id = :message_id AND tenant = :tenant AND requester_uuid = :user
+    LIMIT 1
+"""
 # The row only: its epoch stays in stream_epoch.
 SUPERVISION_DELETE = """
     DELETE FROM stream_supervision
@@ -285,6 +303,21 @@ CONVERSATION_LIST_FIRST = """
     SELECT session_id, summary FROM conversation
     WHERE tenant = :tenant AND owner_uuid = :owner
     ORDER BY updated_us DESC, session_id ASC
+    LIMIT :limit
+"""
+# Retention: every owner's conversations last updated before ``:before_us``,
+# oldest first, by the conversation_by_age index.
+CONVERSATION_LIST_STALE_FIRST = """
+    SELECT tenant, session_id, summary FROM conversation
+    WHERE updated_us < :before_us
+    ORDER BY updated_us ASC, tenant ASC, session_id ASC
+    LIMIT :limit
+"""
+CONVERSATION_LIST_STALE_AFTER = """
+    SELECT tenant, session_id, summary FROM conversation
+    WHERE updated_us < :before_us
+        AND (updated_us, tenant, session_id) > (:after_us, :after_tenant, :after_session)
+    ORDER BY updated_us ASC, tenant ASC, session_id ASC
     LIMIT :limit
 """
 CONVERSATION_LIST_AFTER = """

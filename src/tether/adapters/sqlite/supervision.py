@@ -77,6 +77,24 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
         row = RowKey(tenant, requester_uuid, session_id)
         return await self._database.read(Lane.STREAM, lambda c: _read(c, row))
 
+    async def find_by_message_id(
+        self, tenant: str, requester_uuid: str | None, message_id: str
+    ) -> str | None:
+        """The requester's session whose row holds ``message_id``, or None: one
+        read by the ``stream_supervision_by_message`` index."""
+        values = {
+            "tenant": _codec.key(tenant),
+            "user": _codec.key(requester_uuid),
+            "message_id": _codec.key(message_id),
+        }
+        found = await self._database.read(
+            Lane.STREAM,
+            lambda c: c.execute(queries.SUPERVISION_FIND_BY_MESSAGE, values).fetchone(),
+        )
+        if found is None:
+            return None
+        return _codec.text(found[0], "a stream_supervision row's session_id")
+
     async def delete(
         self,
         tenant: str,

@@ -13,6 +13,7 @@ from tether.adapters._files import (
     RowFiles,
     exclusive_lock,
     read_json,
+    remove_lock_file,
     row_files,
     run_in_thread,
     store_root,
@@ -48,6 +49,7 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
     ``fence`` of a conversation with no record leave a document holding only
     ``{"fence": n}``, so the fence outlives the record. A document without the
     key (written before fences were kept) is fenced at its record's epoch.
+    ``delete`` also removes the lock file once no record is left.
     """
 
     def __init__(self, base_path: str | os.PathLike[str]) -> None:
@@ -166,3 +168,7 @@ def _delete(files: RowFiles, message_id: str) -> None:
         if current is not None and current.message_id == message_id:
             # Only the fence stays: a paused producer must not record again.
             write_json(files.data, {_FENCE: fence}, durable=False)
+            current = None
+        if current is None:
+            # Nothing left to guard but the fence: the lock file goes too.
+            remove_lock_file(files.lock)

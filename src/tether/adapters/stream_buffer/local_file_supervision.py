@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from tether.adapters._files import (
     RowFiles,
     exclusive_lock,
     read_json,
+    remove_file,
+    remove_lock_file,
     row_files,
     run_in_executor,
     run_in_thread,
@@ -50,6 +53,12 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     (``last_epoch``) and a claim of a conversation with no row must be above it.
     A document without the key (written before epochs were kept) counts its
     row's epoch.
+
+    ``find_by_message_id`` reads a small index file per turn,
+    ``{base_path}/stream-supervision-by-message/{tenant}/{requester_uuid}/{message_id}.json``
+    holding ``{"session_id": ...}``, written under the row's lock whenever a
+    swap puts a new turn in the row (and the replaced turn's removed), removed
+    with the row. ``delete`` also removes the row's lock file.
 
     ``compare_and_swap_many`` (a replica's heartbeats) runs the whole batch in
     one call on a thread of this store's own, each swap under its own row lock:
@@ -130,8 +139,49 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         files = self._files(tenant, requester_uuid, session_id)
         await run_in_thread(_delete, files, message_id, epoch)
 
-    def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> RowFiles:
-        return row_files(self._base, "stream-supervision", tenant, requester_uuid or "", session_id)
+    async def find_by_message_id(
+        self, tenant: str, requester_uuid: str | None, message_id: str
+    ) -> str | None:
+        """The requester's session whose row holds ``message_id``: the turn's
+        index file, checked against the row it names. Lock-free, as ``read``."""
+        index = self._index(tenant, requester_uuid, message_id)
+        return await run_in_thread(
+            _find, index, lambda session: self._files(tenant, requester_uuid, session), message_id
+        )
+
+    def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> _RowFiles:
+        files = row_files(
+            self._base, "stream-supervision", tenant, requester_uuid or "", session_id
+        )
+        return _RowFiles(
+            files.data,
+            files.lock,
+            session_id,
+            functools.partial(self._index, tenant, requester_uuid),
+        )
+
+    def _index(self, tenant: str, requester_uuid: str | None, message_id: str) -> Path:
+        return row_files(self._base, _BY_MESSAGE, tenant, requester_uuid or "", message_id).data
+
+
+_BY_MESSAGE = "stream-supervision-by-message"
+
+
+@dataclass(frozen=True)
+class _RowFiles(RowFiles):
+    """A row's files, its session, and where the index file of each of its turns lives."""
+
+    session_id: str
+    index: Callable[[str], Path]
+
+
+def _find(index: Path, files_of: Callable[[str], RowFiles], message_id: str) -> str | None:
+    document = read_json(index)
+    if not isinstance(document, dict) or not isinstance(document.get("session_id"), str):
+        return None
+    session_id: str = document["session_id"]
+    row, _ = _load(files_of(session_id).data)
+    return session_id if row is not None and row.message_id == message_id else None
 
 
 def _load(path: Path) -> tuple[ChatStreamSupervision | None, int]:
@@ -167,7 +217,7 @@ def _read_last_epoch(path: Path) -> int:
 
 
 def _compare_and_swap(
-    files: RowFiles, expected_epoch: int | None, epoch: int, document: dict[str, Any]
+    files: _RowFiles, expected_epoch: int | None, epoch: int, document: dict[str, Any]
 ) -> bool:
     with exclusive_lock(files.lock):
         current, last_epoch = _load(files.data)
@@ -176,20 +226,40 @@ def _compare_and_swap(
         if current is None and epoch <= last_epoch:
             return False  # that epoch was granted before the row was removed
         stored = {**document, _LAST_EPOCH: max(last_epoch, epoch)}
+        message_id = document["message_id"]
+        if current is None or current.message_id != message_id:
+            # A new turn in the row (not a heartbeat): index it first, so a
+            # crash between the two leaves an index the lookup checks anyway.
+            write_json(files.index(message_id), {"session_id": files.session_id}, durable=False)
         write_json(files.data, stored, durable=False)
+        if current is not None and current.message_id != message_id:
+            _unindex(files, current.message_id)
         return True
 
 
-def _swap_all(batch: Sequence[tuple[RowFiles, int | None, int, dict[str, Any]]]) -> list[bool]:
+def _unindex(files: _RowFiles, message_id: str) -> None:
+    """Remove the index file of ``message_id`` if it names this row."""
+    index = files.index(message_id)
+    document = read_json(index)
+    if isinstance(document, dict) and document.get("session_id") == files.session_id:
+        remove_file(index, durable=False)
+
+
+def _swap_all(batch: Sequence[tuple[_RowFiles, int | None, int, dict[str, Any]]]) -> list[bool]:
     return [
         _compare_and_swap(files, expected, epoch, document)
         for files, expected, epoch, document in batch
     ]
 
 
-def _delete(files: RowFiles, message_id: str, epoch: int) -> None:
+def _delete(files: _RowFiles, message_id: str, epoch: int) -> None:
     with exclusive_lock(files.lock):
         current, last_epoch = _load(files.data)
         if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
             # A tombstone, not a removal: the conversation's epochs outlive the row.
             write_json(files.data, {_LAST_EPOCH: last_epoch}, durable=False)
+            _unindex(files, message_id)
+            current = None
+        if current is None:
+            # Nothing left to guard but the tombstone: the lock file goes too.
+            remove_lock_file(files.lock)

@@ -17,6 +17,7 @@ pytest.register_assert_rewrite(
     "tether.testing.contracts.conversation_full",
     "tether.testing.contracts.cross_process",
     "tether.testing.contracts.fencing",
+    "tether.testing.contracts.lookups",
     "tether.testing.contracts.recording",
     "tether.testing.contracts.stateful",
     "tether.testing.contracts.supervision",
@@ -38,6 +39,10 @@ from tether.testing.contracts.fencing import (  # noqa: E402
     ChatStreamRecordingFenceContract,
     ChatStreamSupervisionEpochContract,
 )
+from tether.testing.contracts.lookups import (  # noqa: E402
+    ChatConversationRetentionContract,
+    ChatStreamSupervisionLookupContract,
+)
 from tether.testing.contracts.recording import ChatStreamRecordingStoreContract  # noqa: E402
 from tether.testing.contracts.stateful import ChatStreamStoresStateMachineContract  # noqa: E402
 from tether.testing.contracts.supervision import ChatStreamSupervisionStoreContract  # noqa: E402
@@ -47,6 +52,7 @@ __all__ = [
     "ChatAgentStateFenceContract",
     "ChatAgentStateStoreContract",
     "ChatConversationFenceContract",
+    "ChatConversationRetentionContract",
     "ChatConversationStoreContract",
     "ChatConversationStoreFullContract",
     "ChatStreamRecordingCrossProcessContract",
@@ -55,6 +61,7 @@ __all__ = [
     "ChatStreamStoresStateMachineContract",
     "ChatStreamSupervisionCrossProcessContract",
     "ChatStreamSupervisionEpochContract",
+    "ChatStreamSupervisionLookupContract",
     "ChatStreamSupervisionStoreContract",
     "ManualClock",
     "StoreFactory",
