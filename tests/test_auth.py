@@ -60,7 +60,8 @@ def _request(headers: dict[str, str] | None = None, tenant: str | None = "t") ->
 
 
 def _claims(**overrides: Any) -> dict[str, Any]:
-    claims: dict[str, Any] = {"sub": "alice", "exp": int(time.time()) + 300}
+    """A token's claims (``tenants=None`` leaves the tenants claim out)."""
+    claims: dict[str, Any] = {"sub": "alice", "exp": int(time.time()) + 300, "tenants": ["t"]}
     claims.update(overrides)
     return {key: value for key, value in claims.items() if value is not None}
 
@@ -109,10 +110,12 @@ def test_header_authenticator_reads_the_gateway_headers() -> None:
     assert identity.user_roles == ["admin", "reader"]
     assert identity.user_tenants == ["t", "u"]
     assert identity.authorization == "Bearer opaque"
-    # The gateway's tenant list is passed on to the stores, not enforced.
+    # The gateway's tenant list limits the tenant, as in the seed's SDK.
     assert (
-        HeaderAuthenticator().authenticate(_request({"user-tenants": "u"})).requester_uuid is None
+        HeaderAuthenticator().authenticate(_request({"user-tenants": "t"})).requester_uuid is None
     )
+    with pytest.raises(TenantNotAllowedError):
+        HeaderAuthenticator().authenticate(_request({"user-tenants": "u"}))
 
 
 @pytest.mark.parametrize("requester", ["../../x", "/etc/passwd", "a\\b", "a" * 257, " alice"])
@@ -217,8 +220,9 @@ def test_tenants_claim_restricts_the_tenant_query_parameter() -> None:
         auth.authenticate(_request(token, tenant="other"))
     assert refused.value.status_code == 403
     assert refused.value.body()["code"] == "TENANT_NOT_ALLOWED"
-    # No tenants claim: any tenant; an empty list: none.
-    assert auth.authenticate(_request(_bearer(_hs(_claims())), tenant="x")).user_tenants is None
+    # No tenants claim, and no default tenants configured: none; an empty list: none.
+    with pytest.raises(TenantNotAllowedError):
+        auth.authenticate(_request(_bearer(_hs(_claims(tenants=None))), tenant="x"))
     with pytest.raises(TenantNotAllowedError):
         auth.authenticate(_request(_bearer(_hs(_claims(tenants=[]))), tenant="t"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -204,14 +205,22 @@ async def test_chat_response_answers_one_json_body(client: httpx2.AsyncClient) -
     assert alias.status_code == 201 and alias.json()["content"] == answer["content"]
 
 
-async def test_an_agent_that_fails_ends_with_an_error_event(client: httpx2.AsyncClient) -> None:
+async def test_an_agent_that_fails_ends_with_an_error_event(
+    client: httpx2.AsyncClient, server: ServerProcess
+) -> None:
     read = await read_stream(
         client, "POST", "/chat/stream?tenant=t", json=turn_body("x", agent="broken")
     )
     assert read.status_code == 201
     error = read.terminal("error")
     assert error is not None and error["code"] == "INTERNAL"
-    assert "broke" in error["message"]
+    # The client gets an id to quote, never the error itself; the log has both.
+    assert "broke" not in error["message"] and "RuntimeError" not in error["message"]
+    quoted = re.search(r"error id ([0-9a-f]{16})", error["message"])
+    assert quoted is not None, error
+    assert server.log_path is not None
+    logged = server.log_path.read_text()
+    assert quoted.group(1) in logged and "the broken agent broke" in logged
     assert read.terminal("stream_status") == {"reason": "errored"}
 
 

@@ -259,7 +259,8 @@ async def jwt_client(jwt_server: ServerProcess) -> AsyncIterator[httpx2.AsyncCli
 
 
 def _token(sub: str, **claims: Any) -> dict[str, str]:
-    payload = {"sub": sub, "exp": int(time.time()) + 300, **claims}
+    # A token names its tenants: without the claim it may use none.
+    payload = {"sub": sub, "exp": int(time.time()) + 300, "tenants": ["t"], **claims}
     return {"Authorization": f"Bearer {jwt.encode(payload, SECRET, algorithm='HS256')}"}
 
 

@@ -17,24 +17,17 @@ from typing import Any
 
 import pytest
 
-from tests.support.services import services_required
+from tests.support.services import missing
 
 CHROMIUM_HOW = "install Debian's chromium: apt-get update && apt-get install -y chromium"
 DESKTOP = {"width": 1280, "height": 860}
 PHONE = {"width": 390, "height": 844}
 
 
-def _missing(message: str) -> None:
-    if services_required():
-        pytest.fail(f"TETHER_REQUIRE_SERVICES=1: {message}")
-    pytest.skip(message)
-
-
 def chromium_path() -> str:
     path = os.environ.get("TETHER_CHROMIUM") or shutil.which("chromium")
     if path is None:
-        _missing(f"no chromium executable on PATH; {CHROMIUM_HOW}")
-        raise AssertionError("unreachable")
+        missing(f"no chromium executable on PATH; {CHROMIUM_HOW}")
     return path
 
 
@@ -44,8 +37,7 @@ def browser() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError as error:
-        _missing(f"the playwright package is missing ({error}); run make install-dev")
-        raise
+        missing(f"the playwright package is missing ({error}); run make install-dev")
     executable = chromium_path()
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.

@@ -92,7 +92,10 @@ class HeaderAuthenticator(Authenticator):
     Nothing is verified, so the server must only be reachable through a gateway
     that strips these headers from clients and sets them itself. A requester
     id that is not a valid id (control characters, separators, longer than
-    256 characters) is a 400. ``user-tenants`` is passed on, not enforced.
+    256 characters) is a 400. ``user-tenants``, when the gateway sets it,
+    limits the tenants as the seed's SDK does: a request whose ``tenant`` is
+    not in it is 403 (an empty header allows none); without the header the
+    gateway alone decides.
     """
 
     def authenticate(self, request: Request) -> RequestHeaders:
@@ -100,10 +103,12 @@ class HeaderAuthenticator(Authenticator):
         requester = headers.get("requester-uuid")
         if requester is not None and requester != "" and not _is_valid_id(requester):
             raise InvalidIdentityError("the requester-uuid header is not a valid id")
+        tenants = _split(headers.get("user-tenants"))
+        _check_tenant(request, tenants, "the user-tenants header does not allow this tenant")
         return RequestHeaders(
             requester_uuid=requester,
             user_roles=_split(headers.get("user-roles")),
-            user_tenants=_split(headers.get("user-tenants")),
+            user_tenants=tenants,
             authorization=headers.get("authorization"),
         )
 
@@ -120,8 +125,10 @@ class JWTAuthenticator(Authenticator):
     - ``requester_claim`` (default ``sub``): the requester, a valid id;
     - ``roles_claim`` (default ``roles``): a list of strings, or one string
       separated by spaces or commas;
-    - ``tenants_claim`` (default ``tenants``): the same shape; when the token
-      has it, a request whose ``tenant`` query parameter is not in it is 403.
+    - ``tenants_claim`` (default ``tenants``): the same shape; a request whose
+      ``tenant`` query parameter is not in it is 403. A token without the claim
+      may use ``default_tenants`` (none unless configured): the default is to
+      deny, so a token that names no tenant reaches no tenant's data.
 
     A claim name is looked up as is first, then as a dotted path into nested
     objects (``realm_access.roles``), so URL-shaped claim names still work.
@@ -140,6 +147,7 @@ class JWTAuthenticator(Authenticator):
         tenants_claim: str = "tenants",
         leeway: float = 0.0,
         require_exp: bool = True,
+        default_tenants: Sequence[str] = (),
     ) -> None:
         usable = [key for key in keys if key.public_key_use in (None, "sig")]
         if not usable:
@@ -157,6 +165,7 @@ class JWTAuthenticator(Authenticator):
         self.tenants_claim = tenants_claim
         self.leeway = leeway
         self.require_exp = require_exp
+        self.default_tenants = list(default_tenants)
 
     @classmethod
     def from_secret(
@@ -233,9 +242,9 @@ class JWTAuthenticator(Authenticator):
             )
         roles = _string_list(claims, self.roles_claim)
         tenants = _string_list(claims, self.tenants_claim)
-        tenant = request.query_params.get("tenant")
-        if tenants is not None and tenant is not None and tenant not in tenants:
-            raise TenantNotAllowedError("the token does not allow this tenant")
+        if tenants is None:
+            tenants = list(self.default_tenants)
+        _check_tenant(request, tenants, "the token does not allow this tenant")
         return RequestHeaders(
             requester_uuid=requester,
             user_roles=roles,
@@ -300,6 +309,7 @@ def build_authenticator(
     requester_claim: str = "sub",
     roles_claim: str = "roles",
     tenants_claim: str = "tenants",
+    default_tenants: Sequence[str] = (),
 ) -> Authenticator:
     """The authenticator ``tether serve`` options describe; ValueError says what is wrong.
 
@@ -314,7 +324,11 @@ def build_authenticator(
     }
     given = [name for name, value in sources.items() if value is not None]
     if AuthMode(mode) is AuthMode.HEADERS:
-        extras = {"--jwt-audience": audience, "--jwt-issuer": issuer}
+        extras = {
+            "--jwt-audience": audience,
+            "--jwt-issuer": issuer,
+            "--jwt-default-tenants": ",".join(default_tenants) or None,
+        }
         stray = given + [name for name, value in extras.items() if value is not None]
         if stray:
             raise ValueError(f"{', '.join(stray)} only apply with --auth jwt")
@@ -330,6 +344,7 @@ def build_authenticator(
         "requester_claim": requester_claim,
         "roles_claim": roles_claim,
         "tenants_claim": tenants_claim,
+        "default_tenants": default_tenants,
     }
     if secret is not None:
         return JWTAuthenticator.from_secret(secret, **options)
@@ -337,6 +352,15 @@ def build_authenticator(
         return JWTAuthenticator.from_public_key_file(public_key_file, **options)
     assert jwks_file is not None
     return JWTAuthenticator.from_jwks_file(jwks_file, **options)
+
+
+def _check_tenant(request: Request, tenants: list[str] | None, refusal: str) -> None:
+    """403 when ``tenants`` is a list (None: no limit) without the requested tenant.
+
+    A route without a ``tenant`` parameter acts in no tenant, so passes."""
+    tenant = request.query_params.get("tenant")
+    if tenants is not None and tenant is not None and tenant not in tenants:
+        raise TenantNotAllowedError(refusal)
 
 
 def _is_valid_id(value: str) -> bool:

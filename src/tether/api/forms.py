@@ -25,10 +25,28 @@ class ChatResponseForm(BaseModel):
     )
 
 
+class ChatResponseBody(ChatMessage):
+    """The answer of ``POST /chat/response``: the SDK's shape, the request with
+    the bot's message appended to ``conversation``, and that message's fields
+    at the top level too (tether's own clients read them there)."""
+
+    agent_identifier: str
+    conversation: list[ChatMessage]
+    conversation_context: ConversationContext | None = None
+    bot_params: dict[str, Any] | None = None
+
+
+class BusyDetail(BaseModel):
+    """Who occupies a busy conversation (a 409's ``detail``, as the SDK reads it)."""
+
+    session_id: str | None = None
+    message_id: str
+
+
 class ErrorBody(BaseModel):
     code: str
     message: str
-    detail: str | None = None
+    detail: str | BusyDetail | None = None
     message_id: str | None = None
 
 

@@ -212,12 +212,15 @@ def _describe_http_error(response: httpx2.Response) -> str:
     if not isinstance(payload, dict):
         text = response.text.strip()
         return f"{prefix}: {text}" if text else prefix
+    detail = payload.get("detail")
     if "code" in payload and "message" in payload:
         described = f"{payload['code']}: {payload['message']}"
-        if payload.get("message_id"):
-            described += f" (turn in progress: {payload['message_id']})"
+        # A 409 names the occupant in ``detail`` (the SDK's shape).
+        occupant = detail.get("message_id") if isinstance(detail, dict) else None
+        occupant = occupant or payload.get("message_id")
+        if occupant:
+            described += f" (turn in progress: {occupant})"
         return f"{prefix}: {described}"
-    detail = payload.get("detail")
     if isinstance(detail, list):
         # FastAPI's 422: one entry per invalid field.
         problems = [

@@ -105,9 +105,19 @@ def serve_command(
         str,
         typer.Option(
             envvar="TETHER_JWT_TENANTS_CLAIM",
-            help="Claim listing the tenants the user may use (absent: any tenant).",
+            help="Claim listing the tenants the user may use (absent: --jwt-default-tenants).",
         ),
     ] = "tenants",
+    jwt_default_tenants: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_JWT_DEFAULT_TENANTS",
+            help=(
+                "Tenants (comma-separated) a token without the tenants claim may use; "
+                "without this option such a token may use none."
+            ),
+        ),
+    ] = None,
 ) -> None:
     """Serve the project's agents over HTTP. Settings come from TETHER_* variables."""
     stores = compose(
@@ -127,6 +137,9 @@ def serve_command(
             requester_claim=jwt_requester_claim,
             roles_claim=jwt_roles_claim,
             tenants_claim=jwt_tenants_claim,
+            default_tenants=[
+                item.strip() for item in (jwt_default_tenants or "").split(",") if item.strip()
+            ],
         )
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--auth") from error

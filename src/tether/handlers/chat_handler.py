@@ -272,6 +272,7 @@ class ChatHandler:
             raise ConversationBusyError(
                 f"the conversation is busy with turn {occupant.message_id}",
                 message_id=occupant.message_id,
+                session_id=key.session_id,
             ) from refused
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
@@ -284,7 +285,9 @@ class ChatHandler:
             raise TurnEndedError(f"turn {message_id} is {_VERDICTS[row.status]}; nothing to resume")
         if row.is_live(self.clock(), self.dead_after):
             raise ConversationBusyError(
-                f"turn {message_id} is still running; attach to it instead", message_id=message_id
+                f"turn {message_id} is still running; attach to it instead",
+                message_id=message_id,
+                session_id=key.session_id,
             )
 
     async def _recorded(
@@ -344,6 +347,13 @@ class ChatHandler:
     def local_turn(self, message_id: str) -> Turn | None:
         return self._turns.get(message_id)
 
+    def running_turn_of(self, key: ConversationKey) -> str | None:
+        """The message id of a turn this replica is producing for ``key``, if any."""
+        for turn in self._turns.values():
+            if turn.key == key and turn.buffer.end is None:
+                return turn.message_id
+        return None
+
     async def attach(
         self,
         tenant: str,
@@ -361,9 +371,12 @@ class ChatHandler:
             # This replica lost the turn (a takeover, a cancel, a drain): its buffer
             # is a stale copy. Follow the stores, where the current owner writes.
             local = None
-        if local is not None and (local.context.tenant, local.context.requester_uuid) == (
-            tenant,
-            requester,
+        # The local buffer serves only the turn of the key the reader names: its
+        # own turn (of the session given, if any), or below, a shared one's.
+        if (
+            local is not None
+            and (local.context.tenant, local.context.requester_uuid) == (tenant, requester)
+            and (not session_id or local.context.session_id in (None, session_id))
         ):
             return self.metrics.lagged(local.buffer.follow(start_index)), True
         recording, supervision = self.stores.recording, self.stores.supervision
@@ -373,7 +386,7 @@ class ChatHandler:
                 + ("" if session_id else "; pass its session_id to follow it from another")
             )
         key = await self._reader_key(tenant, requester, session_id)
-        if local is not None and local.context.requester_uuid == key.requester_uuid:
+        if local is not None and local.key == key:
             return self.metrics.lagged(local.buffer.follow(start_index)), True
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
@@ -435,12 +448,15 @@ class ChatHandler:
                 normalize_owner(requester_uuid),
             ):
                 raise TurnNotFoundError(f"turn {message_id} is not running on this server")
+            if session_id and local.context.session_id != session_id:
+                # Bound to the full key: the turn of another conversation is not this one.
+                raise TurnNotFoundError(f"turn {message_id} is not a turn of {session_id!r}")
             if local.buffer.end is not None:
                 raise TurnEndedError(f"turn {message_id} already ended ({local.buffer.end.reason})")
             local.stop(StreamEnd("cancelled"))
             return
         if not session_id:
-            raise TurnRequestError("cancelling a stateful turn needs its session_id")
+            session_id = await self._session_of(tenant, requester_uuid, message_id)
         await self._check_writer(tenant, normalize_owner(requester_uuid), session_id)
         key = self._key(tenant, requester_uuid, session_id)
         row = await store.read(key.tenant, key.requester_uuid, key.session_id)
@@ -448,7 +464,12 @@ class ChatHandler:
             raise TurnNotFoundError(f"turn {message_id} is not the conversation's current turn")
         if row.status is not ChatStreamStatus.RUNNING:
             raise TurnEndedError(f"turn {message_id} already ended ({_VERDICTS[row.status]})")
-        if local is not None and local.lease is not None and local.lease.epoch == row.epoch:
+        if (
+            local is not None
+            and local.lease is not None
+            and local.key == key
+            and local.lease.epoch == row.epoch
+        ):
             # Ours and live: stop it and flush what its clients saw first.
             await local.stop_for_cancel()
         # The cancel is a grant of the next epoch: fence every store at it
@@ -474,11 +495,29 @@ class ChatHandler:
             raise ConversationBusyError(
                 f"turn {message_id} changed hands while cancelling; try again",
                 message_id=message_id,
+                session_id=key.session_id,
             )
-        if local is not None:
+        if local is not None and local.key == key:
             local.cancelled()
         await self._keep_partial_answer(key, message_id, epoch)
         self._forget_later(key, message_id, epoch)
+
+    async def _session_of(self, tenant: str, requester_uuid: str | None, message_id: str) -> str:
+        """The conversation of the requester's turn ``message_id``, for a cancel
+        that names only the turn (the seed's SDK clients): found in the
+        supervision store, so on any replica, and only among the requester's own."""
+        assert self.stores.supervision is not None
+        requester = normalize_owner(requester_uuid)
+        try:
+            found = await self.stores.supervision.find_by_message_id(tenant, requester, message_id)
+        except NotImplementedError:
+            raise TurnRequestError(
+                "cancelling a stateful turn needs its session_id (this server's "
+                "supervision store cannot find a turn by its message_id)"
+            ) from None
+        if found is None:
+            raise TurnNotFoundError(f"turn {message_id} is not running")
+        return found
 
     async def _keep_partial_answer(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         """Write the cancelled turn's verdict into its transcript, at the cancel's

@@ -44,8 +44,28 @@ class NotOwnerError(TurnRequestError):
 
 
 class ConversationBusyError(TurnRequestError):
+    """409: a turn occupies the conversation (a new turn, a resume of a live
+    turn, a cancel racing a takeover, a delete while a turn runs).
+
+    The body names the occupant the way the seed's SDK clients read it,
+    ``{"detail": {"session_id": S, "message_id": M}}``, with ``code``,
+    ``message`` and a top-level ``message_id`` beside it for older clients."""
+
     status_code = 409
     code = "CONVERSATION_BUSY"
+
+    def __init__(self, message: str, *, message_id: str, session_id: str | None) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+        self.session_id = session_id
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "detail": {"session_id": self.session_id, "message_id": self.message_id},
+            "message_id": self.message_id,
+        }
 
 
 class TurnNotFoundError(TurnRequestError):

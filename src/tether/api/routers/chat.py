@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from sse_starlette import EventSourceResponse
 
-from tether.api.forms import ChatResponseForm, ErrorBody, StreamStatusBody
+from tether.api.forms import ChatResponseBody, ChatResponseForm, ErrorBody, StreamStatusBody
 from tether.api.identity import request_identity
 from tether.api.ids import MessageIdPath, OptionalSessionQuery, SessionQuery, TenantQuery
 from tether.api.sse import frame, parse_last_event_id
@@ -42,18 +42,19 @@ def _chat_request(tenant: str, form: ChatResponseForm, request: Request) -> Chat
     )
 
 
-@router.post("/chat/response", status_code=201, response_model=ChatMessage, responses=_ERRORS)
+@router.post("/chat/response", status_code=201, response_model=ChatResponseBody, responses=_ERRORS)
 @router.post(
     "/chats/responses",
     status_code=201,
-    response_model=ChatMessage,
+    response_model=ChatResponseBody,
     responses=_ERRORS,
     include_in_schema=False,
 )
 async def chat_response(
     tenant: TenantQuery, form: ChatResponseForm, request: Request, response: Response
-) -> ChatMessage:
-    """Run a turn and answer with its final message as one JSON body."""
+) -> ChatResponseBody:
+    """Run a turn and answer as one JSON body: the request's conversation with
+    the bot's message appended (the SDK's shape), that message's fields beside it."""
     turn = await _handler(request).start_turn(_chat_request(tenant, form, request))
     response.headers[MESSAGE_ID_HEADER] = turn.message_id
     assert turn.task is not None
@@ -64,9 +65,18 @@ async def chat_response(
     if end is not None and end.reason != "done":
         raise TurnEndedError(f"the turn ended {end.reason}")
     latest = turn.buffer.latest
-    if latest is None:
-        return ChatMessage(sender=ChatMessageSender.BOT, message_id=turn.message_id)
-    return latest.message
+    answer = (
+        latest.message
+        if latest is not None
+        else ChatMessage(sender=ChatMessageSender.BOT, message_id=turn.message_id)
+    )
+    return ChatResponseBody(
+        **answer.model_dump(),
+        agent_identifier=form.agent_identifier,
+        conversation=[*form.conversation, answer],
+        conversation_context=form.conversation_context,
+        bot_params=form.bot_params,
+    )
 
 
 class _TurnFailedError(TurnRequestError):
@@ -142,7 +152,8 @@ async def chat_stream_cancel(
     request: Request,
     session_id: OptionalSessionQuery = None,
 ) -> Response:
-    """Cancel a turn, from any replica; the partial answer is kept."""
+    """Cancel a turn, from any replica; the partial answer is kept. Without
+    ``session_id`` the turn is found by its message id among the requester's own."""
     identity = request_identity(request)
     await _handler(request).cancel(tenant, identity.requester_uuid, session_id, message_id)
     return Response(status_code=204)

@@ -23,6 +23,8 @@ from tether.domain.chat_conversation_store import (
     ConversationSummary,
 )
 from tether.domain.chat_message import ChatMessage
+from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import (
     NotImplementedByStoreError,
     NotOwnerError,
@@ -115,13 +117,28 @@ async def share_conversation(
     return summary
 
 
-@router.delete("/conversations/{session_id}", status_code=204, responses=_ERRORS)
+@router.delete(
+    "/conversations/{session_id}",
+    status_code=204,
+    responses={**_ERRORS, 409: {"model": ErrorBody}},
+)
 async def delete_conversation(
     tenant: TenantQuery, session_id: SessionPath, request: Request
 ) -> Response:
-    """Delete the conversation (owner only). A turn still running is not resurrected."""
+    """Delete the conversation and everything it owns: transcript, checkpoint,
+    recording and supervision row (owner only). While a turn runs in it: 409."""
     requester = request_identity(request).requester_uuid
-    store = _store(request)
-    if not await _call(store.delete_conversation(tenant, requester, session_id), "delete"):
+    _store(request)
+    handler: ChatHandler = request.app.state.chat_handler
+    erased = erase_conversation(
+        handler.stores,
+        tenant,
+        requester,
+        session_id,
+        now=handler.clock(),
+        dead_after=handler.dead_after,
+        running_locally=handler.running_turn_of,
+    )
+    if not await _call(erased, "delete"):
         raise TurnNotFoundError(f"no conversation {session_id!r}")
     return Response(status_code=204)
