@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Callable, Iterator
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,10 +18,14 @@ from tether.adapters.mcp import (
     InMemoryMCPOAuthRepository,
     LocalFileMCPOAuthRepository,
     MCPOAuthCipher,
+    MCPOAuthClientInfoRecord,
+    MCPOAuthDecryptionError,
     MCPOAuthRepository,
     generate_encryption_key,
 )
 from tether.testing.contracts import TRICKY_IDS, StoreFactory
+from tether.testing.contracts._support import open_store, unique
+from tether.testing.contracts.cross_process import _run_in_processes
 from tether.testing.contracts.mcp_oauth import (
     MCPOAuthRepositoryContract,
     MCPOAuthRepositoryCrossProcessContract,
@@ -125,3 +132,132 @@ class TestMCPOAuthRepositoriesAcrossProcesses(MCPOAuthRepositoryCrossProcessCont
     @pytest.fixture
     def repository_factory(self, shared_factory: StoreFactory) -> StoreFactory:
         return shared_factory
+
+
+# ------------------------------------------------------------ client info compare-and-swap
+# ``compare_and_swap_client_info`` is optional in the repository ABC (its default
+# is atomic within one process); every shipped repository overrides it.
+
+
+def _client(
+    tenant: str, client_id: str, revision: str | None, **extra: Any
+) -> MCPOAuthClientInfoRecord:
+    return MCPOAuthClientInfoRecord(
+        tenant=tenant,
+        server_name="server",
+        client_info={"client_id": client_id, "client_secret": f"secret-of-{client_id}", **extra},
+        revision=revision,
+    )
+
+
+async def _opened(
+    make_repository: Callable[[str | None], MCPOAuthRepository], stack: AsyncExitStack
+) -> MCPOAuthRepository:
+    repository: MCPOAuthRepository = await open_store(lambda: make_repository(KEY), stack)
+    return repository
+
+
+async def test_client_info_compare_and_swap_inserts_once_then_writes_over_its_revision(
+    make_repository: Callable[[str | None], MCPOAuthRepository],
+) -> None:
+    tenant = unique("tenant")
+    async with AsyncExitStack() as stack:
+        repo = await _opened(make_repository, stack)
+        first = _client(tenant, "c1", "r1")
+        assert await repo.compare_and_swap_client_info(first, None) is True
+        assert await repo.get_client_info(tenant, "server") == first
+        assert await repo.compare_and_swap_client_info(_client(tenant, "c2", "r2"), None) is False
+        stale = _client(tenant, "c1", "r0")
+        assert await repo.compare_and_swap_client_info(_client(tenant, "c3", "r3"), stale) is False
+        assert await repo.get_client_info(tenant, "server") == first
+        second = _client(tenant, "c1", "r4", other_clients=[{"client_id": "c4"}])
+        assert await repo.compare_and_swap_client_info(second, first) is True
+        assert await repo.get_client_info(tenant, "server") == second
+        absent = _client(tenant, "c9", "r9").model_copy(update={"server_name": "absent"})
+        assert await repo.compare_and_swap_client_info(absent, first) is False
+        assert await repo.get_client_info(tenant, "absent") is None
+        # A row written before revisions existed is swapped over as such, once.
+        legacy = _client(tenant, "old", None).model_copy(update={"server_name": "legacy"})
+        await repo.save_client_info(legacy)
+        newer = legacy.model_copy(update={"revision": "r1"})
+        assert await repo.compare_and_swap_client_info(newer, legacy) is True
+        assert await repo.compare_and_swap_client_info(newer, legacy) is False
+
+
+async def test_concurrent_client_info_inserts_have_one_winner(
+    make_repository: Callable[[str | None], MCPOAuthRepository],
+) -> None:
+    tenant = unique("tenant")
+    async with AsyncExitStack() as stack:
+        repo = await _opened(make_repository, stack)
+        attempts = [_client(tenant, f"c{number}", f"r{number}") for number in range(8)]
+        won = await asyncio.gather(
+            *(repo.compare_and_swap_client_info(attempt, None) for attempt in attempts)
+        )
+        assert sum(won) == 1
+        assert await repo.get_client_info(tenant, "server") == attempts[won.index(True)]
+
+
+async def test_the_secrets_of_every_kept_client_are_sealed_and_bound_to_it(
+    tmp_path: Path,
+) -> None:
+    """The sealing is the codec's, shared by every shipped repository; files show it plainly."""
+    make_repository = functools.partial(_file_repository, str(tmp_path / "mcp-oauth"))
+    tenant = unique("tenant")
+    others = [
+        {"client_id": "c2", "client_secret": unique("second-secret")},
+        {"client_id": "c3", "client_secret": unique("third-secret"), "other": 1},
+    ]
+    async with AsyncExitStack() as stack:
+        repo = await _opened(make_repository, stack)
+        saved = _client(tenant, "c1", "r1", other_clients=others)
+        await repo.save_client_info(saved)
+        assert await repo.get_client_info(tenant, "server") == saved
+        stored = raw_store_bytes(f"file://{tmp_path}")
+        secrets = [saved.client_info["client_secret"], *(o["client_secret"] for o in others)]
+        assert [s for s in secrets if s.encode() in stored] == []
+        # A sealed secret moved to another kept client does not open.
+        [path] = (tmp_path / "mcp-oauth" / "clients").rglob("*.json")
+        document = json.loads(path.read_text())
+        kept = document["client_info"]["other_clients"]
+        kept[0]["client_secret"], kept[1]["client_secret"] = (
+            kept[1]["client_secret"],
+            kept[0]["client_secret"],
+        )
+        path.write_text(json.dumps(document))
+        with pytest.raises(MCPOAuthDecryptionError):
+            await repo.get_client_info(tenant, "server")
+
+
+@pytest.mark.processes
+def test_processes_racing_client_info_compare_and_swap_have_one_winner_per_revision(
+    shared_factory: StoreFactory,
+) -> None:
+    tenant = unique("tenant")
+    names = [f"process-{number}" for number in range(4)]
+    results = _run_in_processes(
+        _race_client_info, [(shared_factory, tenant, 20, name) for name in names]
+    )
+    winners: dict[int, list[str]] = {}
+    for name, won in zip(names, results, strict=True):
+        for round_number in won:
+            winners.setdefault(round_number, []).append(name)
+    assert sorted(winners) == list(range(1, 21))
+    assert all(len(who) == 1 for who in winners.values()), winners
+
+
+async def _race_client_info(
+    factory: StoreFactory, tenant: str, rounds: int, name: str, barrier: Any
+) -> list[int]:
+    won: list[int] = []
+    async with AsyncExitStack() as stack:
+        repo: MCPOAuthRepository = await open_store(factory, stack)
+        await asyncio.to_thread(barrier.wait, 120)
+        while True:
+            current = await repo.get_client_info(tenant, "server")
+            number = 0 if current is None else int(str(current.revision).split(":")[0])
+            if number >= rounds:
+                return won
+            attempt = _client(tenant, f"c-{name}", f"{number + 1}:{name}")
+            if await repo.compare_and_swap_client_info(attempt, current):
+                won.append(number + 1)

@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
 import pytest
@@ -26,7 +26,7 @@ from tests.support.mcp.project import make_mcp_project
 from tests.support.mcp.raw_rows import raw_store_bytes
 from tests.support.mcp.whoami_server import WhoamiServer
 from tests.support.servers import ServerProcess, free_port
-from tests.support.services import postgres_database
+from tests.support.services import import_or_skip, postgres_database
 from tether.adapters.mcp import generate_encryption_key
 
 pytestmark = pytest.mark.processes
@@ -52,10 +52,10 @@ def store_url(
     if request.param == "file":
         yield f"file://{tmp_path_factory.mktemp('mcp-store')}"
     elif request.param == "sqlite":
-        pytest.importorskip("tether.adapters.mcp.sqlite_repository")
+        import_or_skip("tether.adapters.mcp.sqlite_repository")
         yield f"sqlite:///{tmp_path_factory.mktemp('mcp-sqlite')}/tether.db"
     else:
-        pytest.importorskip("tether.adapters.mcp.postgres_repository")
+        import_or_skip("tether.adapters.mcp.postgres_repository")
         with postgres_database() as url:
             yield url
 
@@ -107,11 +107,15 @@ async def http() -> AsyncIterator[httpx2.AsyncClient]:
 
 
 async def _turn(
-    http: httpx2.AsyncClient, replica: ServerProcess, user: str, agent: str = "who"
+    http: httpx2.AsyncClient,
+    replica: ServerProcess,
+    user: str,
+    agent: str = "who",
+    tenant: str = TENANT,
 ) -> dict[str, Any]:
     response = await http.post(
         f"{replica.url}/chat/response",
-        params={"tenant": TENANT},
+        params={"tenant": tenant},
         headers={"requester-uuid": user},
         json={
             "agent_identifier": agent,
@@ -329,3 +333,45 @@ async def test_a_request_cannot_add_an_mcp_server(
     )
     assert response.status_code == 400
     assert response.json()["code"] == "BOT_PARAMS_REJECTED"
+
+
+async def test_first_turns_on_two_replicas_at_once_keep_one_client_and_both_connect(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    """A new tenant's first turns meet the 401 on both replicas together and both
+    register a client; the later one uses the one stored first, so both connect."""
+    tenant = f"race-{urlsplit(cluster.store_url).scheme}"
+    cluster.auth.registration_delays = [0.3, 1.2]
+    try:
+        answers = await asyncio.gather(
+            _turn(http, cluster.one, "quinn", tenant=tenant),
+            _turn(http, cluster.two, "ravi", tenant=tenant),
+        )
+    finally:
+        cluster.auth.registration_delays = []
+    links = [_link(answer) for answer in answers]
+    client_ids = {dict(parse_qsl(urlsplit(link).query))["client_id"] for link in links}
+    assert len(client_ids) == 1, "both links name the one client kept"
+    for link, user in zip(links, ("quinn", "ravi"), strict=True):
+        page = await http.get(await _browser(http, link, user))
+        assert page.status_code == 200 and "Connected" in page.text, page.text
+    for replica, user in ((cluster.two, "quinn"), (cluster.one, "ravi")):
+        answer = await _turn(http, replica, user, tenant=tenant)
+        assert _tool_responses(answer) == [f"you are {user}"]
+
+
+async def test_a_malformed_state_or_code_is_a_400_on_every_backend(
+    cluster: Cluster, http: httpx2.AsyncClient
+) -> None:
+    callback = f"{cluster.two.url}/mcp/oauth/callback"
+    for state in ("a\x00b", "\x00", "s" * 5000, "état", "a'b"):
+        page = await http.get(callback, params={"state": state, "code": "c"})
+        assert page.status_code == 400, (repr(state[:10]), page.status_code, page.text[:300])
+        assert "text/html" in page.headers["content-type"]
+    link = _link(await _turn(http, cluster.one, "nul"))
+    params = dict(parse_qsl(urlsplit(await _browser(http, link, "nul")).query))
+    for code in ("c\x00", "c" * 5000):
+        page = await http.get(callback, params={**params, "code": code})
+        assert page.status_code == 400, (repr(code[:10]), page.status_code)
+    page = await http.get(callback, params=params)
+    assert page.status_code == 200 and "Connected" in page.text, "the link still works"

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,7 @@ from tether.adapters.mcp import (
     generate_encryption_key,
     get_local_file_mcp_oauth_integration_store,
 )
+from tether.adapters.mcp.store import Register
 from tether.testing.contracts import ManualClock
 from tether.testing.contracts.mcp_oauth import pending, tokens
 
@@ -358,3 +360,152 @@ def test_the_file_store_lives_in_the_store_directory(
     store = get_local_file_mcp_oauth_integration_store()
     assert store.repository.base_path == tmp_path / "elsewhere"
     assert os.listdir(tmp_path) == [], "nothing is written before it is used"
+
+
+# ------------------------------------------------------------ short-lived tokens
+
+
+async def test_the_refresh_margin_is_at_most_half_the_tokens_lifetime(
+    store: MCPOAuthIntegrationStore, clock: ManualClock
+) -> None:
+    short = tokens().model_copy(
+        update={"issued_at": clock(), "expires_at": clock() + timedelta(seconds=5)}
+    )
+    await store.save_user_integration(
+        MCPUserIntegrationRecord(tenant="t", user_uuid="alice", server_name="srv", tokens=short)
+    )
+    assert store.refresh_margin(short) == timedelta(seconds=2.5)
+    client = _Refresher(clock)
+    clock.advance(2)
+    assert await store.fresh_tokens("t", "alice", "srv", client) == short
+    assert client.refreshed == [], "a 5 s token is not refreshed as soon as it is issued"
+    clock.advance(0.6)
+    fresh = await store.fresh_tokens("t", "alice", "srv", client)
+    assert fresh is not None and fresh.access_token == "new-1"
+    # A long-lived token keeps the configured margin; one of unknown age too.
+    long = short.model_copy(update={"expires_at": clock() + timedelta(hours=1)})
+    assert store.refresh_margin(long) == timedelta(seconds=30)
+    assert store.refresh_margin(long.model_copy(update={"issued_at": None})) == timedelta(
+        seconds=30
+    )
+
+
+# ------------------------------------------------------------ clients
+
+
+class _RevisionlessRepository(_PlainRepository):
+    """A seed-only repository that does not keep the client info's revision."""
+
+    async def get_client_info(
+        self, tenant: str, server_name: str
+    ) -> MCPOAuthClientInfoRecord | None:
+        record = await self.inner.get_client_info(tenant, server_name)
+        return None if record is None else record.model_copy(update={"revision": None})
+
+
+def _registrar(redirect_uri: str, gate: asyncio.Event, made: list[str]) -> Register:
+    async def register() -> dict[str, Any]:
+        made.append(f"client-{len(made) + 1}")
+        client_id = made[-1]
+        await gate.wait()
+        return {
+            "client_id": client_id,
+            "client_secret": f"secret-of-{client_id}",
+            "redirect_uris": [redirect_uri],
+            "issuer": "https://as.example/",
+            "source": "dynamic_registration",
+        }
+
+    return register
+
+
+@pytest.mark.parametrize("kind", ["memory", "plain", "revisionless"])
+async def test_one_registration_per_callback_url_is_kept_and_racers_use_the_winners(
+    kind: str, clock: ManualClock
+) -> None:
+    repository: MCPOAuthRepository = {
+        "memory": lambda: InMemoryMCPOAuthRepository(MCPOAuthCipher([KEY])),
+        "plain": _PlainRepository,
+        "revisionless": _RevisionlessRepository,
+    }[kind]()
+    store = MCPOAuthIntegrationStore(repository, clock=clock)
+    made: list[str] = []
+    gate = asyncio.Event()
+    first = "https://one.example/mcp/oauth/callback"
+    racers = [
+        asyncio.ensure_future(
+            store.registered_client(
+                "t",
+                "srv",
+                issuer="https://as.example/",
+                redirect_uri=first,
+                register=_registrar(first, gate, made),
+            )
+        )
+        for _ in range(4)
+    ]
+    await asyncio.sleep(0.01)
+    gate.set()
+    winners = {client["client_id"] for client in await asyncio.gather(*racers)}
+    assert len(made) == 4 and len(winners) == 1, "all registered, one is kept and used by all"
+    [winner] = winners
+    second = "https://two.example/mcp/oauth/callback"
+    other = await store.registered_client(
+        "t",
+        "srv",
+        issuer="https://as.example/",
+        redirect_uri=second,
+        register=_registrar(second, gate, made),
+    )
+    assert other["client_id"] == "client-5"
+    again = await store.registered_client(
+        "t",
+        "srv",
+        issuer="https://as.example/",
+        redirect_uri=first,
+        register=_registrar(first, gate, made),
+    )
+    assert again["client_id"] == winner and len(made) == 5, "the first URL's client is kept"
+    for client_id in (winner, "client-5"):
+        client = await store.client_for("t", "srv", client_id)
+        assert client.client_secret == f"secret-of-{client_id}"
+
+
+async def test_an_expired_registration_is_replaced_and_a_configured_client_goes_first(
+    store: MCPOAuthIntegrationStore, clock: ManualClock
+) -> None:
+    uri = "https://one.example/mcp/oauth/callback"
+    gate = asyncio.Event()
+    gate.set()
+    made: list[str] = []
+    await store.registered_client(
+        "t",
+        "srv",
+        issuer="https://as.example/",
+        redirect_uri=uri,
+        register=_registrar(uri, gate, made),
+    )
+    record = await store.get_client_info("t", "srv")
+    assert record is not None
+    expiring = {**record.client_info, "client_secret_expires_at": int(clock().timestamp()) + 30}
+    await store.save_client_info(record.model_copy(update={"client_info": expiring}))
+    renewed = await store.registered_client(
+        "t",
+        "srv",
+        issuer="https://as.example/",
+        redirect_uri=uri,
+        register=_registrar(uri, gate, made),
+    )
+    assert renewed["client_id"] == "client-2", "a secret about to expire is not used for a link"
+    configured = {"client_id": "mine", "client_secret": "x", "source": "agent_setup"}
+    await store.remember_client("t", "srv", configured)
+    await store.remember_client("t", "srv", configured)
+    record = await store.get_client_info("t", "srv")
+    assert record is not None and record.client_info["client_id"] == "mine"
+    kept = [c["client_id"] for c in record.client_info["other_clients"]]
+    assert kept == ["client-1", "client-2"]
+    clock.advance(60)  # client-1's secret has expired: it can authenticate nothing
+    await store.remember_client("t", "srv", {**configured, "client_secret": "rotated"})
+    record = await store.get_client_info("t", "srv")
+    assert record is not None and record.client_info["client_secret"] == "rotated"
+    assert [c["client_id"] for c in record.client_info["other_clients"]] == ["client-2"]

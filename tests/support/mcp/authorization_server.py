@@ -6,7 +6,10 @@ for the user the "browser" says it is logged in as, the ``x-test-user``
 header, and redirects with ``code`` and ``state``), and a token endpoint that
 checks PKCE S256, single-use codes, redirect URIs and client secrets, and
 rotates refresh tokens. It counts every presentation of every refresh token,
-so a test can prove a token was spent once.
+so a test can prove a token was spent once. Its redirects carry RFC 9207
+``iss``; ``iss_parameter_supported`` advertises it in the metadata.
+``registration_delays`` holds registrations back (the n-th to arrive waits the
+n-th delay), so replicas registering at once finish in a known order.
 """
 
 from __future__ import annotations
@@ -71,6 +74,10 @@ class AuthorizationServer:
     access_token_lifetime: float = 3600.0
     refresh_delay: float = 0.0
     """Seconds the token endpoint waits before answering a refresh: widens races."""
+    registration_delays: list[float] = field(default_factory=list)
+    """Seconds each registration waits before answering, in order of arrival."""
+    iss_parameter_supported: bool = False
+    """Whether the metadata advertises ``authorization_response_iss_parameter_supported``."""
     clients: dict[str, dict[str, Any]] = field(default_factory=dict)
     access_tokens: dict[str, Grant] = field(default_factory=dict)
     refresh_tokens: dict[str, _Refresh] = field(default_factory=dict)
@@ -137,8 +144,10 @@ class AuthorizationServer:
     # ------------------------------------------------------------ endpoints
 
     async def _metadata(self, request: Request) -> Response:
+        extra = {"authorization_response_iss_parameter_supported": True}
         return JSONResponse(
             {
+                **(extra if self.iss_parameter_supported else {}),
                 "issuer": self.issuer,
                 "authorization_endpoint": f"{self.issuer}/authorize",
                 "token_endpoint": f"{self.issuer}/token",
@@ -157,6 +166,10 @@ class AuthorizationServer:
 
     async def _register(self, request: Request) -> Response:
         body = await request.json()
+        with self._lock:
+            delay = self.registration_delays.pop(0) if self.registration_delays else 0.0
+        if delay:
+            await asyncio.sleep(delay)
         redirect_uris = body.get("redirect_uris")
         if not isinstance(redirect_uris, list) or not redirect_uris:
             return _error(400, "invalid_redirect_uri", "redirect_uris is required")

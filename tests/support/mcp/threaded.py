@@ -28,9 +28,16 @@ class ThreadedServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, app: ASGIApp, *, lifespan: str = "off") -> None:
+    def start(self, app: ASGIApp, *, lifespan: str = "off", access_log: bool = False) -> None:
+        """``access_log`` logs every request at INFO on ``uvicorn.access``, as a
+        deployed server does (and sets that logger's level to INFO)."""
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan=lifespan, ws="none", http="h11"
+            app,
+            log_level="info" if access_log else "warning",
+            access_log=access_log,
+            lifespan=lifespan,
+            ws="none",
+            http="h11",
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

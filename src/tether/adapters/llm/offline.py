@@ -42,6 +42,15 @@ _EXPRESSION = re.compile(rf"{_NUMBER}(?:\s*{_OPERATOR}\s*-?\s*{_NUMBER})+")
 _TIME_WORDS = re.compile(r"\b(?:time|clock|date)s?\b", re.IGNORECASE)
 
 
+class OfflineToolCall(BaseModel):
+    """A tool the offline model asks for in every turn it is offered (``call_tool``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
 class OfflineChatModelOptions(BaseModel):
     """The options of ``OfflineChatModel``, as they appear under ``llm`` in a setup."""
 
@@ -52,6 +61,7 @@ class OfflineChatModelOptions(BaseModel):
     chunk_size: int = Field(default=3, ge=1)
     answer_chunks: int = Field(default=40, ge=1)
     tool_call_after_chunks: int | None = Field(default=None, ge=0)
+    call_tool: OfflineToolCall | None = None
 
 
 @dataclass(frozen=True)
@@ -84,13 +94,17 @@ class OfflineChatModel(ChatModel):
       call(s); with ``calculator`` offered it always asks for one (a deterministic
       expression when the user gave none), which makes a long answer with a tool call
       near its start.
+    - ``call_tool``: ``{"name": ..., "arguments": {...}}``, a tool to ask for in each
+      turn it is offered, with those arguments (say an MCP server's ``files__list``,
+      to try MCP locally without a real model).
     - ``sleep``: how pacing waits; tests inject one that records instead of sleeping.
 
     Tool use: with ``calculator`` offered and an arithmetic expression in the user's
     message, it asks for ``calculator`` with ``{"expression": ...}``; with ``clock``
-    offered and the message mentioning time, clock or date, it asks for ``clock``
-    (both at once when both apply). After the results it writes the answer, opening
-    with a sentence that reports them.
+    offered and the message mentioning time, clock or date, it asks for ``clock``;
+    with the ``call_tool`` tool offered, it asks for it (all at once when several
+    apply). After the results it writes the answer, opening with a sentence that
+    reports them.
     """
 
     def __init__(
@@ -101,15 +115,19 @@ class OfflineChatModel(ChatModel):
         chunk_size: int = 3,
         answer_chunks: int = 40,
         tool_call_after_chunks: int | None = None,
+        call_tool: OfflineToolCall | Mapping[str, Any] | None = None,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         try:
-            self.options = OfflineChatModelOptions(
-                seed=seed,
-                chunks_per_second=chunks_per_second,
-                chunk_size=chunk_size,
-                answer_chunks=answer_chunks,
-                tool_call_after_chunks=tool_call_after_chunks,
+            self.options = OfflineChatModelOptions.model_validate(
+                {
+                    "seed": seed,
+                    "chunks_per_second": chunks_per_second,
+                    "chunk_size": chunk_size,
+                    "answer_chunks": answer_chunks,
+                    "tool_call_after_chunks": tool_call_after_chunks,
+                    "call_tool": call_tool,
+                }
             )
         except ValidationError as error:
             raise ValueError(f"invalid offline model options: {error}") from error
@@ -165,6 +183,9 @@ class OfflineChatModel(ChatModel):
             wanted.append((CLOCK, {}))
         if not wanted and CALCULATOR in offered and self.options.tool_call_after_chunks is not None:
             wanted.append((CALCULATOR, {"expression": self._derived_expression(prompt)}))
+        named = self.options.call_tool
+        if named is not None and named.name in offered and named.name not in dict(wanted):
+            wanted.append((named.name, dict(named.arguments)))
         return tuple(
             ModelToolCall(id=self._call_id(prompt, index), name=name, arguments=arguments)
             for index, (name, arguments) in enumerate(wanted)

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from tether.adapters.mcp.encryption import MCPOAuthCipher
 from tether.adapters.mcp.records import (
+    OTHER_CLIENTS_FIELD,
     SECRET_CLIENT_INFO_FIELDS,
     MCPOAuthClientInfoRecord,
     MCPUserIntegrationRecord,
@@ -75,14 +76,17 @@ class RecordCodec:
             ) from error
 
     def client_info_document(self, record: MCPOAuthClientInfoRecord) -> dict[str, Any]:
-        """The stored form of ``record``, its client secret sealed."""
+        """The stored form of ``record``, its client secrets sealed (those of the other
+        clients kept too, each bound to its own ``client_id``)."""
         document = record.model_dump(mode="json")
         info = document["client_info"]
-        for field in SECRET_CLIENT_INFO_FIELDS:
-            if isinstance(info.get(field), str):
-                info[field] = self.cipher.seal(
-                    info[field], "client_info", record.tenant, record.server_name, field
-                )
+        row = (record.tenant, record.server_name)
+        self._seal_client(info, row, ())
+        others = info.get(OTHER_CLIENTS_FIELD)
+        if isinstance(others, list):
+            for other in others:
+                if isinstance(other, dict):
+                    self._seal_client(other, row, _other_context(other))
         return document
 
     def client_info(self, document: Any, where: str) -> MCPOAuthClientInfoRecord:
@@ -92,13 +96,43 @@ class RecordCodec:
         try:
             tenant, server = str(document["tenant"]), str(document["server_name"])
             info = dict(document["client_info"])
-            for field in SECRET_CLIENT_INFO_FIELDS:
-                if isinstance(info.get(field), str):
-                    info[field] = self.cipher.open(
-                        info[field], "client_info", tenant, server, field
-                    )
-            return MCPOAuthClientInfoRecord(tenant=tenant, server_name=server, client_info=info)
+            self._open_client(info, (tenant, server), ())
+            others = info.get(OTHER_CLIENTS_FIELD)
+            if isinstance(others, list):
+                opened = []
+                for other in others:
+                    if isinstance(other, dict):
+                        other = dict(other)
+                        self._open_client(other, (tenant, server), _other_context(other))
+                    opened.append(other)
+                info[OTHER_CLIENTS_FIELD] = opened
+            revision = document.get("revision")
+            return MCPOAuthClientInfoRecord(
+                tenant=tenant,
+                server_name=server,
+                client_info=info,
+                revision=None if revision is None else str(revision),
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise StoreCorruptedError(
                 f"{where} does not hold valid MCP OAuth client info ({error})"
             ) from error
+
+    def _seal_client(
+        self, info: dict[str, Any], row: tuple[str, str], context: tuple[str, ...]
+    ) -> None:
+        for field in SECRET_CLIENT_INFO_FIELDS:
+            if isinstance(info.get(field), str):
+                info[field] = self.cipher.seal(info[field], "client_info", *row, *context, field)
+
+    def _open_client(
+        self, info: dict[str, Any], row: tuple[str, str], context: tuple[str, ...]
+    ) -> None:
+        for field in SECRET_CLIENT_INFO_FIELDS:
+            if isinstance(info.get(field), str):
+                info[field] = self.cipher.open(info[field], "client_info", *row, *context, field)
+
+
+def _other_context(info: dict[str, Any]) -> tuple[str, ...]:
+    # Bound to its client id: a secret moved to another kept client does not open.
+    return (OTHER_CLIENTS_FIELD, str(info.get("client_id")))

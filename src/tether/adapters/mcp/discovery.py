@@ -63,6 +63,12 @@ class AuthorizationServer:
     scopes_supported: tuple[str, ...] | None
     resource: str
     resource_scopes: tuple[str, ...] | None
+    issuer_identifier: str = ""
+    """The issuer exactly as the metadata spells it (``issuer`` is normalized): what an
+    RFC 9207 ``iss`` in the authorization response is compared with."""
+    iss_parameter_supported: bool = False
+    """The metadata's ``authorization_response_iss_parameter_supported``: responses
+    without ``iss`` must then be refused."""
 
 
 async def discover(
@@ -87,6 +93,7 @@ async def discover(
         if issuer is not None and str(metadata.issuer).rstrip("/") != issuer.rstrip("/"):
             # RFC 8414 §3.3: metadata naming another issuer must not be used.
             raise MCPOAuthDiscoveryError(f"{url} describes issuer {metadata.issuer}, not {issuer}")
+        raw_issuer = response.json().get("issuer")
         methods = metadata.code_challenge_methods_supported
         if methods is not None and "S256" not in methods:
             raise MCPOAuthDiscoveryError(f"{metadata.issuer} does not support PKCE S256")
@@ -102,6 +109,8 @@ async def discover(
             if protected
             else resource_url_from_server_url(server_url),
             resource_scopes=_tuple(protected.scopes_supported) if protected else None,
+            issuer_identifier=str(raw_issuer) if raw_issuer else str(metadata.issuer),
+            iss_parameter_supported=bool(metadata.authorization_response_iss_parameter_supported),
         )
     raise MCPOAuthDiscoveryError(f"no authorization server metadata found for {server_url}")
 

@@ -96,6 +96,19 @@ class InMemoryMCPOAuthRepository(MCPOAuthRepository):
         document = self._codec.client_info_document(record)
         self._client_info[(record.tenant, record.server_name)] = document
 
+    async def compare_and_swap_client_info(
+        self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
+    ) -> bool:
+        key = (record.tenant, record.server_name)
+        current = self._client_info.get(key)
+        if (current is None) != (expected is None):
+            return False
+        if current is not None and expected is not None:
+            if current.get("revision") != expected.revision:
+                return False
+        self._client_info[key] = self._codec.client_info_document(record)
+        return True
+
     def raw_documents(self) -> Iterable[dict[str, Any]]:
         """Every stored document as held (sealed), for tests that look for plaintext."""
         yield from self._integrations.values()

@@ -7,11 +7,12 @@ Layout under the base directory (every id escaped by ``encode_component``)::
     clients/{tenant}/{server_name}.json                    sealed client info
 
 Writes replace files atomically and durably; a record, its state pointer and a
-compare-and-swap are serialized by the record's ``.lock`` file, so any number of
-processes may share the directory. The pointer is written before the record
-and checked against it on every lookup, so a crash between the two leaves at
-worst a stale pointer, which reads as "no such state" and is removed later.
-State files are named by a hash: listing the directory reveals no state.
+compare-and-swap are serialized by the record's ``.lock`` file (client info by
+its own), so any number of processes may share the directory. The pointer is
+written before the record and checked against it on every lookup, so a crash
+between the two leaves at worst a stale pointer, which reads as "no such state"
+and is removed later. State files are named by a hash: listing the directory
+reveals no state.
 """
 
 from __future__ import annotations
@@ -114,8 +115,17 @@ class LocalFileMCPOAuthRepository(MCPOAuthRepository):
 
     async def save_client_info(self, record: MCPOAuthClientInfoRecord) -> None:
         document = self._codec.client_info_document(record)
-        path = row_files(self.base_path, "clients", record.tenant, record.server_name).data
-        await run_in_thread(write_json, path, document, durable=True)
+        files = row_files(self.base_path, "clients", record.tenant, record.server_name)
+        await run_in_thread(self._locked_client_write, files, document, None, unconditional=True)
+
+    async def compare_and_swap_client_info(
+        self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
+    ) -> bool:
+        document = self._codec.client_info_document(record)
+        files = row_files(self.base_path, "clients", record.tenant, record.server_name)
+        return await run_in_thread(
+            self._locked_client_write, files, document, expected, unconditional=False
+        )
 
     # ------------------------------------------------------------ blocking steps
 
@@ -194,6 +204,25 @@ class LocalFileMCPOAuthRepository(MCPOAuthRepository):
                     return True
             if old_state is not None:
                 remove_file(self._state_file(old_state), durable=False)
+            return True
+
+    def _locked_client_write(
+        self,
+        files: RowFiles,
+        document: dict[str, Any],
+        expected: MCPOAuthClientInfoRecord | None,
+        *,
+        unconditional: bool,
+    ) -> bool:
+        with exclusive_lock(files.lock):
+            if not unconditional:
+                current = read_json(files.data)
+                if (current is None) != (expected is None):
+                    return False
+                if isinstance(current, dict) and expected is not None:
+                    if current.get("revision") != expected.revision:
+                        return False
+            write_json(files.data, document, durable=True)
             return True
 
     def _locked_delete(self, files: RowFiles) -> bool:

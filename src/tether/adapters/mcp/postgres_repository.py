@@ -128,6 +128,17 @@ INSERT INTO tether_mcp_oauth_clients (key, tenant_key, tenant, server_name, docu
 VALUES (%(key)s, %(tenant_key)s, %(tenant)s, %(server_name)s, %(document)s::jsonb)
 ON CONFLICT (key) DO UPDATE SET document = excluded.document, updated_at = now()
 """
+INSERT_CLIENT_IF_ABSENT: Final = """
+INSERT INTO tether_mcp_oauth_clients (key, tenant_key, tenant, server_name, document)
+VALUES (%(key)s, %(tenant_key)s, %(tenant)s, %(server_name)s, %(document)s::jsonb)
+ON CONFLICT (key) DO NOTHING
+RETURNING 1 AS written
+"""
+UPDATE_CLIENT_IF_REVISION: Final = """
+UPDATE tether_mcp_oauth_clients SET document = %(document)s::jsonb, updated_at = now()
+WHERE key = %(key)s AND document->>'revision' IS NOT DISTINCT FROM %(expected)s::text
+RETURNING 1 AS written
+"""
 
 
 class PostgresMCPOAuthRepository(MCPOAuthRepository):
@@ -198,6 +209,8 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
     async def find_user_integration_by_pending_state(
         self, state: str
     ) -> MCPUserIntegrationRecord | None:
+        if "\x00" in state:
+            return None  # no stored state holds NUL (PostgreSQL text cannot)
         row = await self.database.fetch_one(FIND_BY_STATE, {"state_key": _key(state)})
         return None if row is None else self._codec.integration(row["document"], _WHERE)
 
@@ -244,17 +257,26 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
         return None if row is None else self._codec.client_info(row["document"], _CLIENTS)
 
     async def save_client_info(self, record: MCPOAuthClientInfoRecord) -> None:
+        await self.database.execute(UPSERT_CLIENT, self._client_values(record))
+
+    async def compare_and_swap_client_info(
+        self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
+    ) -> bool:
+        values = self._client_values(record)
+        if expected is None:
+            return await self.database.fetch_one(INSERT_CLIENT_IF_ABSENT, values) is not None
+        values["expected"] = expected.revision
+        return await self.database.fetch_one(UPDATE_CLIENT_IF_REVISION, values) is not None
+
+    def _client_values(self, record: MCPOAuthClientInfoRecord) -> dict[str, Any]:
         document = self._codec.client_info_document(record)
-        await self.database.execute(
-            UPSERT_CLIENT,
-            {
-                "key": _key(record.tenant, record.server_name),
-                "tenant_key": _key(record.tenant),
-                "tenant": record.tenant,
-                "server_name": record.server_name,
-                "document": _dump(document),
-            },
-        )
+        return {
+            "key": _key(record.tenant, record.server_name),
+            "tenant_key": _key(record.tenant),
+            "tenant": record.tenant,
+            "server_name": record.server_name,
+            "document": _dump(document),
+        }
 
     def _values(self, record: MCPUserIntegrationRecord) -> dict[str, Any]:
         # Sealed before anything is sent: a record that cannot be stored changes nothing.

@@ -16,7 +16,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 SECRET_CLIENT_INFO_FIELDS = ("client_secret", "registration_access_token")
-"""Members of ``MCPOAuthClientInfoRecord.client_info`` that are credentials."""
+"""Members of ``MCPOAuthClientInfoRecord.client_info`` that are credentials (at its top
+level and in each entry of ``OTHER_CLIENTS_FIELD``)."""
+
+OTHER_CLIENTS_FIELD = "other_clients"
+"""The member of ``client_info`` listing the other clients kept for the same server: each
+an RFC 7591 client information object of its own (``client_id``, ``client_secret``,
+``redirect_uris``, ``issuer``...). A registration is made per callback URL and never
+replaced by another one, because users' tokens stay bound to the client they were
+issued to and are refreshed with its credentials."""
 
 
 class MCPOAuthPendingAuthorization(BaseModel):
@@ -25,7 +33,10 @@ class MCPOAuthPendingAuthorization(BaseModel):
     Everything the callback needs to complete the code exchange on any replica,
     found by ``state`` alone: the PKCE ``code_verifier``, the ``token_endpoint``,
     the ``redirect_uri`` the code was issued for, the RFC 8707 ``resource`` and
-    the ``client_id`` the link was made for. After ``expires_at`` the wrapping
+    the ``client_id`` the link was made for, and the ``issuer`` it was sent to
+    (RFC 9207: the callback's ``iss`` must name it, and must be present when the
+    authorization server advertised ``authorization_response_iss_parameter_supported``,
+    which ``iss_parameter_supported`` records). After ``expires_at`` the wrapping
     store treats it as gone.
     """
 
@@ -43,13 +54,17 @@ class MCPOAuthPendingAuthorization(BaseModel):
     resource: str | None = None
     client_id: str | None = None
     scope: str | None = None
+    issuer: str | None = None
+    iss_parameter_supported: bool = False
 
 
 class MCPOAuthTokens(BaseModel):
     """The tokens a user granted, with what a refresh needs (endpoint, client, resource).
 
     ``expires_at`` is absolute (the token response's ``expires_in`` added to the
-    time it arrived), so every replica agrees on when the access token is stale.
+    time it arrived, ``issued_at``), so every replica agrees on when the access
+    token is stale. ``client_id`` is the client the tokens were issued to: they
+    are refreshed as that client, with its stored credentials, and no other.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -62,6 +77,7 @@ class MCPOAuthTokens(BaseModel):
     token_endpoint: str | None = None
     client_id: str | None = None
     resource: str | None = None
+    issued_at: datetime | None = None
 
 
 class MCPOAuthRefreshLease(BaseModel):
@@ -105,7 +121,14 @@ class MCPOAuthClientInfoRecord(BaseModel):
     ``client_info`` is the RFC 7591 client information (``client_id``,
     ``client_secret``, ``redirect_uris``, ``token_endpoint_auth_method``...) as
     registered dynamically, or as configured in the agent setup; tether adds
-    ``issuer`` (the authorization server it belongs to).
+    ``issuer`` (the authorization server it belongs to) and, under
+    ``OTHER_CLIENTS_FIELD``, the other clients it keeps for this server (one per
+    callback URL, and older ones still holding users' tokens).
+
+    ``revision`` changes on every write the integration store makes; the optional
+    ``compare_and_swap_client_info`` compares it, so that of two replicas
+    registering at once only one registration is kept. Repositories store it as
+    given.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -113,3 +136,4 @@ class MCPOAuthClientInfoRecord(BaseModel):
     tenant: str
     server_name: str
     client_info: dict[str, Any] = Field(repr=False)
+    revision: str | None = None

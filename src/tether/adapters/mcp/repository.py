@@ -39,6 +39,12 @@ class MCPOAuthRepository(ABC):
     real conditional write and sets ``compare_and_swap_is_atomic = True``;
     without that, the store warns at start-up that two replicas could both spend
     one rotating refresh token. The shipped repositories all override it.
+
+    **Optional: client info compare-and-swap.** ``compare_and_swap_client_info``
+    is how the store keeps one dynamic client registration per callback URL when
+    replicas register at once (the loser uses the winner's). The default is
+    atomic within one process, over the eight methods; the shipped repositories
+    override it with a conditional write on the record's ``revision``.
     """
 
     compare_and_swap_is_atomic: ClassVar[bool] = False
@@ -116,6 +122,24 @@ class MCPOAuthRepository(ABC):
                 await self.save_user_integration(record)
             return True
 
+    async def compare_and_swap_client_info(
+        self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
+    ) -> bool:
+        """Write ``record`` only if the stored client info of its (tenant, server_name)
+        is still ``expected``, as read before (for None: only if there is none);
+        returns whether it wrote.
+
+        This default compares whole records under a lock of this process (atomic
+        within one process only); an override may compare ``revision`` alone.
+        """
+        key = ("", "client_info", record.tenant, record.server_name)
+        async with _process_lock(self, key):
+            current = await self.get_client_info(record.tenant, record.server_name)
+            if current != expected:
+                return False
+            await self.save_client_info(record)
+            return True
+
     def credentials_problem(self) -> str | None:
         """Why credentials cannot be stored right now (say, no encryption key), or
         None; checked before a flow starts that would end in storing some."""
@@ -130,7 +154,7 @@ def is_tombstone(record: MCPUserIntegrationRecord) -> bool:
     return record.pending is None and record.tokens is None and record.revision is None
 
 
-_Key = tuple[str, str, str]
+_Key = tuple[str, ...]
 _LOCKS: weakref.WeakKeyDictionary[MCPOAuthRepository, dict[_Key, _Waiting]] = (
     weakref.WeakKeyDictionary()
 )

@@ -11,7 +11,6 @@ one if the user already has it.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -35,11 +34,7 @@ from tether.adapters.mcp.discovery import (
     register_client,
 )
 from tether.adapters.mcp.encryption import MCPOAuthEncryptionNotConfiguredError
-from tether.adapters.mcp.records import (
-    MCPOAuthClientInfoRecord,
-    MCPOAuthPendingAuthorization,
-    MCPOAuthTokens,
-)
+from tether.adapters.mcp.records import MCPOAuthPendingAuthorization, MCPOAuthTokens
 from tether.adapters.mcp.runtime import MCPOAuthRuntime
 from tether.adapters.mcp.store import MCPOAuthIntegrationStore
 from tether.adapters.mcp.token_client import MCPOAuthTokenClient
@@ -207,6 +202,8 @@ class ServerSession:
             resource=found.resource,
             client_id=client_id,
             scope=scope,
+            issuer=found.issuer_identifier or found.issuer,
+            iss_parameter_supported=found.iss_parameter_supported,
         )
         try:
             await store.begin_authorization(pending)
@@ -230,11 +227,11 @@ class ServerSession:
         scope: str | None,
     ) -> str:
         """The OAuth client to authorize: the configured one, the one registered for
-        this tenant earlier, or a new registration (stored for the tenant)."""
+        this tenant and callback URL earlier, or a new registration (kept for the
+        tenant beside the others; of replicas registering at once, one is kept)."""
         store, _ = self._oauth()
         auth = self.server.auth
         assert isinstance(auth, OAuthAuth)
-        stored = await store.get_client_info(self.tenant, self.server.name)
         if auth.client_id:
             # Stored too, so the callback (which has no agent setup) finds the secret.
             info: dict[str, Any] = {
@@ -247,37 +244,25 @@ class ServerSession:
                 info["client_secret"] = auth.client_secret
             if auth.token_endpoint_auth_method:
                 info["token_endpoint_auth_method"] = auth.token_endpoint_auth_method
-            if stored is None or stored.client_info != info:
-                await store.save_client_info(self._client_record(info))
+            await store.remember_client(self.tenant, self.server.name, info)
             return auth.client_id
-        if stored is not None and _usable_registration(stored.client_info, found, redirect_uri):
-            return str(stored.client_info["client_id"])
-        info = await register_client(
-            http, found, redirect_uri=redirect_uri, scope=scope, client_name=auth.client_name
-        )
-        info["source"] = "dynamic_registration"
-        await store.save_client_info(self._client_record(info))
-        # Two replicas may register at once; whichever write won is the client both use.
-        winner = await store.get_client_info(self.tenant, self.server.name)
-        return str((winner.client_info if winner else info)["client_id"])
 
-    def _client_record(self, info: dict[str, Any]) -> MCPOAuthClientInfoRecord:
-        return MCPOAuthClientInfoRecord(
-            tenant=self.tenant, server_name=self.server.name, client_info=info
+        async def register() -> dict[str, Any]:
+            registered = await register_client(
+                http, found, redirect_uri=redirect_uri, scope=scope, client_name=auth.client_name
+            )
+            registered["source"] = "dynamic_registration"
+            return registered
+
+        client = await store.registered_client(
+            self.tenant,
+            self.server.name,
+            issuer=found.issuer,
+            redirect_uri=redirect_uri,
+            register=register,
         )
+        return str(client["client_id"])
 
 
 def _bearer(tokens: MCPOAuthTokens | None) -> dict[str, str]:
     return {} if tokens is None else {"Authorization": f"Bearer {tokens.access_token}"}
-
-
-def _usable_registration(
-    info: dict[str, Any], found: AuthorizationServer, redirect_uri: str
-) -> bool:
-
-    if info.get("source") == "agent_setup" or info.get("issuer") != found.issuer:
-        return False
-    if redirect_uri not in (info.get("redirect_uris") or []):
-        return False
-    expires = info.get("client_secret_expires_at")
-    return not (isinstance(expires, int | float) and expires and expires < time.time() + 60)

@@ -92,6 +92,16 @@ UPSERT_CLIENT = """
     VALUES (:tenant, :server, :document)
     ON CONFLICT (tenant, server_name) DO UPDATE SET document = excluded.document
 """
+INSERT_CLIENT_IF_ABSENT = """
+    INSERT INTO mcp_oauth_clients (tenant, server_name, document)
+    VALUES (:tenant, :server, :document)
+    ON CONFLICT (tenant, server_name) DO NOTHING
+"""
+UPDATE_CLIENT_IF_REVISION = """
+    UPDATE mcp_oauth_clients SET document = :document
+    WHERE tenant = :tenant AND server_name = :server
+      AND json_extract(document, '$.revision') IS :expected
+"""
 
 
 class SQLiteMCPOAuthRepository(MCPOAuthRepository):
@@ -227,6 +237,24 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
             "document": _dump(self._codec.client_info_document(record)),
         }
         await self.database.write(Lane.DURABLE, lambda c: _execute(c, UPSERT_CLIENT, values))
+
+    async def compare_and_swap_client_info(
+        self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
+    ) -> bool:
+        values: dict[str, Any] = {
+            "tenant": _id(record.tenant),
+            "server": _id(record.server_name),
+            "document": _dump(self._codec.client_info_document(record)),
+        }
+        if expected is None:
+            query = INSERT_CLIENT_IF_ABSENT
+        else:
+            query, values["expected"] = UPDATE_CLIENT_IF_REVISION, expected.revision
+        return bool(
+            await self.database.write(
+                Lane.DURABLE, lambda c: c.execute(query, values).rowcount == 1
+            )
+        )
 
     def _values(self, record: MCPUserIntegrationRecord) -> dict[str, Any]:
         # Sealed before anything is sent: a record that cannot be stored changes nothing.

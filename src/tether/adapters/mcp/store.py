@@ -10,7 +10,13 @@ The repository stores rows; this class decides what they mean:
 - an expired access token is refreshed by exactly one replica: it takes a lease
   on the integration by compare-and-swap, spends the refresh token, writes the
   new tokens; the others wait and read them. A refresh the server refuses for
-  good clears the tokens, so the next use asks the user again instead of looping.
+  good clears the tokens, so the next use asks the user again instead of looping;
+- "about to expire" is the refresh margin, capped at half the token's lifetime,
+  so short-lived tokens are not refreshed before every request;
+- tokens are refreshed as the client they were issued to: clients are kept per
+  callback URL and never replaced by another registration, and of replicas
+  registering at once only one registration is kept (compare-and-swap on the
+  client info), which all of them then use.
 """
 
 from __future__ import annotations
@@ -22,7 +28,15 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
+from tether.adapters.mcp.clients import (
+    find_client,
+    kept_clients,
+    packed,
+    usable_registration,
+    with_client,
+)
 from tether.adapters.mcp.records import (
     MCPOAuthClientInfoRecord,
     MCPOAuthPendingAuthorization,
@@ -39,11 +53,14 @@ from tether.adapters.mcp.token_client import (
     MCPOAuthTokenError,
     utc_now,
 )
+from tether.domain.store_errors import StoreUnavailableError
 
 logger = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+Register = Callable[[], Awaitable[dict[str, Any]]]
 _POLL = 0.05
+_CLIENT_WRITE_ATTEMPTS = 8
 
 
 class MCPOAuthRefreshUnavailableError(Exception):
@@ -147,7 +164,8 @@ class MCPOAuthIntegrationStore:
         return await self.repository.get_client_info(tenant, server_name)
 
     async def save_client_info(self, record: MCPOAuthClientInfoRecord) -> None:
-        await self.repository.save_client_info(record)
+        """Store ``record`` (last write wins), under a new revision."""
+        await self.repository.save_client_info(_revised_client(record))
 
     # ------------------------------------------------------------ the flow
 
@@ -191,12 +209,99 @@ class MCPOAuthIntegrationStore:
         )
 
     async def client_for(self, tenant: str, server_name: str, client_id: str) -> MCPOAuthClient:
-        """The client credentials stored for ``client_id`` at this server (a public
-        client without a secret when none are stored)."""
+        """The client credentials stored for ``client_id`` at this server, whichever of
+        the kept clients it is (a public client without a secret when none are stored)."""
         record = await self.get_client_info(tenant, server_name)
-        if record is not None and record.client_info.get("client_id") == client_id:
-            return MCPOAuthClient.from_client_info(record.client_info)
+        found = find_client(kept_clients(record.client_info if record else None), client_id)
+        if found is not None:
+            return MCPOAuthClient.from_client_info(found)
         return MCPOAuthClient(client_id=client_id)
+
+    async def registered_client(
+        self,
+        tenant: str,
+        server_name: str,
+        *,
+        issuer: str,
+        redirect_uri: str,
+        register: Register,
+    ) -> dict[str, Any]:
+        """The client registered dynamically at ``issuer`` for ``redirect_uri``: the one
+        kept, else a new one from ``register()`` (RFC 7591 client information).
+
+        A new registration is added beside the clients already kept, never over
+        them, by compare-and-swap: when another replica's registration for the same
+        callback lands first, that one is returned and this one is not kept.
+        """
+        registered: dict[str, Any] | None = None
+        for _ in range(_CLIENT_WRITE_ATTEMPTS):
+            current = await self.repository.get_client_info(tenant, server_name)
+            clients = kept_clients(current.client_info if current else None)
+            now = self.clock()
+            found = next(
+                (c for c in clients if usable_registration(c, issuer, redirect_uri, now)), None
+            )
+            if found is not None:
+                if registered is not None and found.get("client_id") != registered["client_id"]:
+                    logger.info(
+                        "MCP OAuth: another replica registered a client for %r first; using it",
+                        server_name,
+                    )
+                return found
+            if registered is None:
+                registered = await register()
+            updated = self._client_record(
+                tenant, server_name, with_client(clients, registered, now, first=False)
+            )
+            if await self.repository.compare_and_swap_client_info(updated, current):
+                return registered
+        raise StoreUnavailableError(
+            f"the OAuth client info of {server_name!r} kept changing; try again"
+        )
+
+    async def remember_client(self, tenant: str, server_name: str, info: dict[str, Any]) -> None:
+        """Keep ``info`` (a client configured in the agent setup) as this server's first
+        client, so the callback, which has no setup, finds its secret; clients kept
+        before stay, for the tokens issued to them."""
+        for _ in range(_CLIENT_WRITE_ATTEMPTS):
+            current = await self.repository.get_client_info(tenant, server_name)
+            clients = kept_clients(current.client_info if current else None)
+            known = find_client(clients, str(info["client_id"]))
+            wanted = dict(info)
+            if known is not None:
+                uris = [*(known.get("redirect_uris") or []), *(info.get("redirect_uris") or [])]
+                wanted["redirect_uris"] = list(dict.fromkeys(uris))
+            if clients and clients[0] == wanted:
+                return
+            updated = self._client_record(
+                tenant, server_name, with_client(clients, wanted, self.clock(), first=True)
+            )
+            if await self.repository.compare_and_swap_client_info(updated, current):
+                return
+        raise StoreUnavailableError(
+            f"the OAuth client info of {server_name!r} kept changing; try again"
+        )
+
+    @staticmethod
+    def _client_record(
+        tenant: str, server_name: str, clients: list[dict[str, Any]]
+    ) -> MCPOAuthClientInfoRecord:
+        return MCPOAuthClientInfoRecord(
+            tenant=tenant,
+            server_name=server_name,
+            client_info=packed(clients),
+            revision=secrets.token_hex(12),
+        )
+
+    def refresh_margin(self, tokens: MCPOAuthTokens) -> timedelta:
+        """How long before its expiry an access token counts as stale: the configured
+        margin, but at most half the token's lifetime (a server issuing 5 s tokens
+        would otherwise get a refresh before every request)."""
+        margin = timedelta(seconds=self.settings.refresh_margin)
+        if tokens.expires_at is not None and tokens.issued_at is not None:
+            lifetime = tokens.expires_at - tokens.issued_at
+            margin = min(margin, max(lifetime / 2, timedelta(0)))
+        return margin
 
     async def fresh_tokens(
         self,
@@ -213,7 +318,6 @@ class MCPOAuthIntegrationStore:
         None means there are none (any more): the user must authorize. Raises
         ``MCPOAuthRefreshUnavailableError`` when a refresh cannot happen now.
         """
-        margin = timedelta(seconds=self.settings.refresh_margin)
         deadline = self.clock() + timedelta(seconds=self.settings.refresh_wait)
         holder = _holder()
         while True:
@@ -222,7 +326,8 @@ class MCPOAuthIntegrationStore:
                 return None
             tokens = record.tokens
             stale = tokens.access_token == rejected_access_token or (
-                tokens.expires_at is not None and tokens.expires_at - margin <= self.clock()
+                tokens.expires_at is not None
+                and tokens.expires_at - self.refresh_margin(tokens) <= self.clock()
             )
             if not stale:
                 return tokens
@@ -309,6 +414,10 @@ class MCPOAuthIntegrationStore:
 
 
 def _revised(record: MCPUserIntegrationRecord) -> MCPUserIntegrationRecord:
+    return record.model_copy(update={"revision": secrets.token_hex(12)})
+
+
+def _revised_client(record: MCPOAuthClientInfoRecord) -> MCPOAuthClientInfoRecord:
     return record.model_copy(update={"revision": secrets.token_hex(12)})
 
 

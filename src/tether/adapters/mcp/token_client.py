@@ -171,11 +171,12 @@ class MCPOAuthTokenClient:
                 f"the token endpoint issued a {token_type!r} token; only Bearer is supported",
                 permanent=True,
             )
+        issued_at = self.clock()
         expires_at = None
         expires_in = body.get("expires_in")
         if expires_in is not None:
             try:
-                expires_at = self.clock() + timedelta(seconds=float(expires_in))
+                expires_at = issued_at + timedelta(seconds=float(expires_in))
             except (TypeError, ValueError):
                 raise MCPOAuthTokenError(
                     f"the token response has an invalid expires_in {expires_in!r}", permanent=False
@@ -191,6 +192,7 @@ class MCPOAuthTokenClient:
             token_endpoint=token_endpoint,
             client_id=client_id,
             resource=resource,
+            issued_at=issued_at,
         )
 
 

@@ -234,7 +234,8 @@ class MCPTools:
             return None
         if notice not in self.notices:
             self.notices.append(notice)
-        logger.info("MCP server %r: %s", server, notice.text())
+        # Not ``notice.text()``: an authorization link carries the pending ``state``.
+        logger.info("MCP server %r: %s (%s)", server, notice.kind, notice.reason)
         return notice
 
 
