@@ -2,12 +2,17 @@
 
 The process tests run the command itself on a copy of the example project whose
 long agent streams fast (80 chunks at 40/s, the calculator after 5), so that a
-round takes seconds. The unit tests feed the invariant checker doctored evidence
-and show that each invariant catches what it is for.
+round takes seconds; the rolling deploy's copy streams a little longer (120
+chunks at 20/s), so that the first replica is back before the second is
+drained. The unit tests feed the invariant checker doctored evidence and show
+that each invariant catches what it is for, and drive the in-process pause
+(``tether.testing.pause_in_write``) on in-memory stores with a stand-in for
+SIGSTOP.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import shutil
@@ -17,33 +22,50 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from tether.adapters.agent_state import InMemoryChatAgentStateStore
+from tether.adapters.conversation import InMemoryChatConversationStore
+from tether.adapters.stream_buffer import InMemoryChatStreamRecordingStore
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.crashtest.client import StreamStatus
 from tether.crashtest.faults import FaultChoice, FaultKind, FaultPoint, TurnShape, plan_fault
 from tether.crashtest.invariants import (
+    CancelEvidence,
     Expected,
     FenceEvidence,
     Observed,
     ReaderTrace,
     SeenEvent,
     Snapshot,
+    StoredTurn,
     check_round,
     normalize_all,
+)
+from tether.domain.chat_agent_state_store import TURN_STATE_KEY
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
+from tether.stores import StoreBundle
+from tether.testing.interleavings import hold
+from tether.testing.pause_in_write import (
+    PAUSE_IN_VARIABLE,
+    PauseInWrite,
+    WriteKind,
+    install,
+    install_from_env,
 )
 
 PROMPT = "Tell me about rivers and the towns along them."
 BREAK = 5000
 
 
-def _fast_project(directory: Path) -> Path:
+def _fast_project(directory: Path, *, chunks_per_second: int = 40, chunks: int = 80) -> Path:
     shutil.copytree(example_project_dir(), directory)
     setups_file = directory / "agents" / "agent_setups.json"
     setups = json.loads(setups_file.read_text())
     for setup in setups:
         if setup["agent_identifier"] == "long-writer":
             setup["agent_configuration"]["llm"].update(
-                chunks_per_second=40, answer_chunks=80, tool_call_after_chunks=5
+                chunks_per_second=chunks_per_second, answer_chunks=chunks, tool_call_after_chunks=5
             )
     setups_file.write_text(json.dumps(setups, indent=2))
     return directory
@@ -52,6 +74,27 @@ def _fast_project(directory: Path) -> Path:
 @pytest.fixture(scope="module")
 def fast_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _fast_project(tmp_path_factory.mktemp("crash") / "project")
+
+
+@pytest.fixture(scope="module")
+def slower_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _fast_project(
+        tmp_path_factory.mktemp("crash") / "project", chunks_per_second=20, chunks=120
+    )
+
+
+def _crash_test(project: Path, report_file: Path, *args: str) -> dict[str, Any]:
+    """Run the command; its JSON report, once it passed."""
+    result = CliRunner().invoke(
+        app, ["crash-test", str(project), "--json", str(report_file), *args]
+    )
+    assert result.exit_code == 0, result.output
+    assert "rounds passed" in result.output and "turns passed" in result.output
+    report: dict[str, Any] = json.loads(report_file.read_text())
+    assert report["violations"] == 0
+    assert report["turns_passed"] == report["turns"] == len(report["results"])
+    assert report["passed"] == report["rounds"] == report["planned_rounds"]
+    return report
 
 
 @pytest.mark.processes
@@ -64,7 +107,7 @@ def test_the_command_recovers_every_round_with_no_violation(
         app,
         [
             "crash-test", str(fast_project), "--fault", fault, "--rounds", str(rounds),
-            "--seed", "7", "--json", str(report_file),
+            "--conversations", "2", "--seed", "7", "--json", str(report_file),
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -72,7 +115,7 @@ def test_the_command_recovers_every_round_with_no_violation(
 
     report = json.loads(report_file.read_text())
     assert (report["rounds"], report["passed"], report["violations"]) == (rounds, rounds, 0)
-    assert len(report["results"]) == rounds
+    assert len(report["results"]) == report["turns"] == report["turns_passed"] == 2 * rounds
     summary = report["summary"]
     assert summary["recovery_latency_s"]["max"] is not None
     assert summary["inter_message_gap_s"]["p50"] is not None
@@ -94,6 +137,86 @@ def test_memory_store_is_refused(option: str) -> None:
     result = CliRunner().invoke(app, ["crash-test", option, "memory://", "--rounds", "1"])
     assert result.exit_code == 2
     assert "memory://" in result.output
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("write", ["checkpoint", "transcript", "recording"])
+def test_a_replica_paused_inside_a_write_changes_nothing_when_continued(
+    fast_project: Path, tmp_path: Path, write: str
+) -> None:
+    report = _crash_test(
+        fast_project, tmp_path / "report.json",
+        "--fault", "pause-in-write", "--pause-in", write, "--rounds", "1",
+        "--conversations", "2", "--seed", "3",
+    )  # fmt: skip
+    results = report["results"]
+    assert len(results) == 2
+    for entry in results:
+        assert (entry["fault"], entry["variant"], entry["final_status"]) == (
+            "pause-in-write",
+            write,
+            "done",
+        )
+        assert not any("never came" in note for note in entry["notes"]), entry["notes"]
+        # The producer was continued only once its turns were done elsewhere,
+        # and the fence was checked: its late write changed nothing.
+        assert entry["fence_checked"] is True, entry["notes"]
+    assert any(entry["path"].endswith("resume") for entry in results)
+
+
+@pytest.mark.processes
+def test_a_rolling_deploy_resumes_twice_to_the_crash_free_answer(
+    slower_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short drain grace, so that the drains hand turns off rather than finish them.
+    monkeypatch.setenv("TETHER_DRAIN_GRACE", "0.2")
+    report = _crash_test(
+        slower_project, tmp_path / "report.json",
+        "--fault", "rolling-deploy", "--rounds", "1", "--conversations", "2", "--seed", "5",
+    )  # fmt: skip
+    for entry in report["results"]:
+        assert entry["final_status"] == "done"
+        # Resumed on the second replica with an empty body, then again once that
+        # one was drained too: the answer is still the crash-free one.
+        assert entry["path"].split(">").count("resume") >= 2, entry["path"]
+        assert any(note.startswith("drained") for note in entry["notes"]), entry["notes"]
+        replicas = [reader["replica"] for reader in entry["readers"]]
+        assert len(set(replicas)) == 2 and replicas[0] == replicas[-1]
+
+
+@pytest.mark.processes
+def test_a_cancel_as_the_answer_ends_leaves_one_consistent_verdict(
+    fast_project: Path, tmp_path: Path
+) -> None:
+    report = _crash_test(
+        fast_project, tmp_path / "report.json",
+        "--fault", "cancel-at-end", "--rounds", "2", "--conversations", "2", "--seed", "5",
+    )  # fmt: skip
+    for entry in report["results"]:
+        assert entry["final_status"] in ("done", "cancelled")
+        assert entry["path"].startswith("cancel:")
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("fault", ["kill", "pause-in-write"])
+def test_the_seed_wiring_without_a_conversation_store(
+    fast_project: Path, tmp_path: Path, fault: str
+) -> None:
+    report = _crash_test(
+        fast_project, tmp_path / "report.json", "--without", "conversation",
+        "--fault", fault, "--rounds", "1", "--conversations", "2", "--seed", "11",
+    )  # fmt: skip
+    assert report["settings"]["without"] == ["conversation"]
+    assert "transcript" not in report["settings"]["pause_in"]
+    for entry in report["results"]:
+        assert entry["final_status"] == "done"
+        assert entry["path"].endswith("resume")
+
+
+def test_only_the_conversation_store_can_be_left_out() -> None:
+    result = CliRunner().invoke(app, ["crash-test", "--without", "state", "--rounds", "1"])
+    assert result.exit_code == 2
+    assert "only conversation" in result.output
 
 
 # ---------------------------------------------------------------- the checker
@@ -157,7 +280,8 @@ def test_the_checker_catches_a_duplicated_user_message() -> None:
     observed = _sound_round()
     assert observed.transcript is not None
     observed.transcript.insert(1, _user())
-    assert _invariants(observed) == {"user-message", "transcript"}
+    # Two user messages and one answer: also a turn left without its answer.
+    assert _invariants(observed) == {"user-message", "transcript", "one-answer"}
 
 
 def test_the_checker_catches_a_regressing_index() -> None:
@@ -166,13 +290,15 @@ def test_the_checker_catches_a_regressing_index() -> None:
     events = list(start.events)
     events[3] = SeenEvent(1, events[3].message)
     observed.readers[0] = ReaderTrace(start.label, tuple(events), start.consumed)
-    assert _invariants(observed) == {"no-regress"}
+    # Index 1 again, with other text: also one stream id with two contents.
+    assert _invariants(observed) == {"no-regress", "unique-ids"}
 
 
 def test_the_checker_catches_a_replay_across_readers() -> None:
     observed = _sound_round()
     observed.readers.append(ReaderTrace("attach", (SeenEvent(4, _bot(ANSWER)),), consumed=1))
-    assert _invariants(observed) == {"no-regress"}
+    # The start reader got index 4 with a shorter text: also two contents for one id.
+    assert _invariants(observed) == {"no-regress", "unique-ids"}
 
 
 def test_the_checker_catches_shrinking_content_within_one_producer() -> None:
@@ -186,6 +312,17 @@ def test_the_checker_catches_shrinking_content_within_one_producer() -> None:
 def test_the_checker_catches_a_second_tool_execution() -> None:
     observed = _sound_round()
     observed.tool_runs = 2
+    assert _invariants(observed) == {"tool-once"}
+
+
+def test_a_pause_inside_a_checkpoint_allows_one_more_tool_run_never_two() -> None:
+    # The paused write may be the one holding the tool's result: the resume
+    # cannot know the call completed (at-least-once until issue 14).
+    observed = _sound_round()
+    observed.tool_outcome_unknown = True
+    observed.tool_runs = 2
+    assert _invariants(observed) == set()
+    observed.tool_runs = 3
     assert _invariants(observed) == {"tool-once"}
 
 
@@ -229,3 +366,282 @@ def test_every_planned_fault_lands_inside_the_turn() -> None:
     for _ in range(50):
         plan = plan_fault(rng, FaultChoice.STOP, short, checkpoint_interval=5.0)
         assert plan.kind is FaultKind.STOP and plan.point is not FaultPoint.CHECKPOINT
+
+
+def test_new_faults_plan_inside_the_turn_and_the_writes_it_makes() -> None:
+    rng = random.Random(5)
+    shape = TurnShape(messages=200, duration=20.0, tool_message=11)
+    writes = (WriteKind.CHECKPOINT, WriteKind.RECORDING)
+    pauses = [
+        plan_fault(
+            rng, FaultChoice.PAUSE_IN_WRITE, shape, checkpoint_interval=5.0, conversations=4,
+            writes=writes,
+        )
+        for _ in range(200)
+    ]  # fmt: skip
+    assert {plan.pause.kind for plan in pauses if plan.pause} == set(writes)
+    for plan in pauses:
+        assert plan.pause is not None and plan.point is FaultPoint.WRITE
+        if plan.pause.kind is WriteKind.CHECKPOINT:
+            # 3 periodic, after the tool call, at the end: 5 a turn, 4 turns.
+            assert 1 <= plan.pause.call <= 20
+        else:
+            assert 3 <= plan.pause.call <= 34  # one batch each 0.5 s
+    sealing = plan_fault(
+        rng, FaultChoice.PAUSE_IN_WRITE, shape, 5.0, conversations=3,
+        writes=(WriteKind.TRANSCRIPT,),
+    )  # fmt: skip
+    assert sealing.pause is not None and 1 <= sealing.pause.call <= 3
+    for _ in range(50):
+        rolling = plan_fault(rng, FaultChoice.ROLLING_DEPLOY, shape, 5.0)
+        assert rolling.after_messages is not None and 2 <= rolling.after_messages <= 70
+        assert rolling.second_after is not None and 1 <= rolling.second_after <= 30
+        cancel = plan_fault(rng, FaultChoice.CANCEL_AT_END, shape, 5.0)
+        assert cancel.before_end is not None and 0 <= cancel.before_end <= 3
+
+
+# ------------------------------------------------------- the new checker rules
+
+
+def test_the_checker_catches_two_answers_for_one_turn() -> None:
+    observed = _sound_round()
+    observed.message_id = "m"
+    assert observed.transcript is not None
+    observed.transcript[-1] = _bot(ANSWER)  # the turn's own message id
+    assert check_round(EXPECTED, observed, producer_break=BREAK) == []
+    observed.transcript.append(_bot(ANSWER))
+    assert "one-answer" in _invariants(observed)
+    observed.transcript[1:] = []  # no answer at all
+    assert "one-answer" in _invariants(observed)
+
+
+def _stored(**changes: Any) -> StoredTurn:
+    fields: dict[str, Any] = {
+        "recorded_final": _bot(ANSWER),
+        "recorded_epoch": 2,
+        "recorded_message_id": "m",
+        "checkpoint_epoch": 2,
+        "checkpoint_message_id": "m",
+        "checkpoint_input": ({"sender": "user", "content": PROMPT},),
+    }
+    return StoredTurn(**{**fields, **changes})
+
+
+def test_the_checker_catches_a_checkpoint_of_another_turn_or_question() -> None:
+    observed = _sound_round()
+    observed.message_id = "m"
+    assert observed.transcript is not None
+    observed.transcript[-1]["message_id"] = "m"
+    observed.stored = _stored()
+    assert check_round(EXPECTED, observed, producer_break=BREAK) == []
+    observed.stored = _stored(checkpoint_message_id="an-older-turn")
+    assert _invariants(observed) == {"own-checkpoint"}
+    # A resume that answered its empty body instead of the turn's question.
+    observed.stored = _stored(checkpoint_input=())
+    assert _invariants(observed) == {"own-checkpoint"}
+    observed.stored = _stored(checkpoint_message_id=None)
+    assert _invariants(observed) == {"own-checkpoint"}
+
+
+def test_the_checker_catches_a_stream_id_with_two_contents() -> None:
+    observed = _sound_round()
+    # A fenced producer's reader that got index 3 again, with other text.
+    stale = ReaderTrace("start", (SeenEvent(3, _bot(ANSWER[:5]), "m:3"),), consumed=0)
+    observed.readers.append(stale)
+    for reader in observed.readers[:2]:
+        index = observed.readers.index(reader)
+        events = tuple(SeenEvent(e.index, e.message, f"m:{e.index}") for e in reader.events)
+        observed.readers[index] = ReaderTrace(reader.label, events, reader.consumed)
+    assert _invariants(observed) == {"unique-ids"}
+    # The same id with the same message is a replay, not a violation.
+    observed.readers[-1] = ReaderTrace(
+        "attach", (SeenEvent(3, observed.readers[0].events[3].message, "m:3"),), consumed=0
+    )
+    assert check_round(EXPECTED, observed, producer_break=BREAK) == []
+
+
+def _cancelled_round(kept: str, **cancel: Any) -> Observed:
+    observed = _sound_round()
+    observed.message_id = "m"
+    observed.final_status = StreamStatus("m", "cancelled", 2, "t")
+    observed.transcript = [_user(), _bot(kept)]
+    observed.final_streamed = None
+    observed.last_turn_status = "cancelled"
+    fields = {"response_status": 204, "reader_verdict": "cancelled", **cancel}
+    observed.cancel = CancelEvidence(**fields)
+    return observed
+
+
+def test_the_checker_passes_a_cancel_at_the_end_either_way() -> None:
+    assert check_round(EXPECTED, _cancelled_round(ANSWER[:30]), producer_break=BREAK) == []
+    done = _sound_round()
+    done.message_id = "m"
+    done.transcript = [_user(), _bot(ANSWER)]
+    done.last_turn_status = "complete"
+    done.cancel = CancelEvidence(response_status=410, reader_verdict="done")
+    assert check_round(EXPECTED, done, producer_break=BREAK) == []
+
+
+def test_the_checker_catches_a_cancel_with_two_verdicts() -> None:
+    # Accepted, yet the turn says done.
+    accepted = _cancelled_round(ANSWER)
+    accepted.final_status = StreamStatus("m", "done", 2, "t")
+    accepted.last_turn_status = "complete"
+    assert _invariants(accepted) == {"verdict"}
+    # The transcript's last turn and the supervision row disagree.
+    assert _invariants(_cancelled_round(ANSWER[:30], response_status=409)) == set()
+    mixed = _cancelled_round(ANSWER[:30])
+    mixed.last_turn_status = "complete"
+    assert _invariants(mixed) == {"verdict"}
+    # The client's stream said done; the row says cancelled.
+    assert _invariants(_cancelled_round(ANSWER[:30], reader_verdict="done")) == {"verdict"}
+    # Too late (410), yet cancelled.
+    assert _invariants(_cancelled_round(ANSWER[:30], response_status=410)) == {"verdict"}
+
+
+def test_the_checker_catches_a_bad_partial_answer_of_a_cancelled_turn() -> None:
+    assert _invariants(_cancelled_round("Something else entirely.")) == {"transcript"}
+    twice = _cancelled_round(ANSWER[:30])
+    assert twice.transcript is not None
+    twice.transcript.append(_bot(ANSWER[:30]))
+    assert _invariants(twice) == {"one-answer"}
+    ran_again = _cancelled_round(ANSWER[:30])
+    ran_again.tool_runs = 2
+    assert _invariants(ran_again) == {"tool-once"}
+    errored = _cancelled_round(ANSWER[:30])
+    errored.final_status = StreamStatus("m", "errored", 2, "t")
+    assert "terminal" in _invariants(errored)
+
+
+def test_without_a_conversation_store_the_recording_is_the_answer() -> None:
+    observed = _sound_round()
+    observed.message_id = "m"
+    observed.transcript = None
+    observed.conversation_store = False
+    observed.stored = _stored()
+    assert check_round(EXPECTED, observed, producer_break=BREAK) == []
+    observed.stored = _stored(recorded_final=_bot(ANSWER[:20]))
+    assert _invariants(observed) == {"transcript"}
+    observed.stored = _stored(recorded_final=None, recorded_message_id=None)
+    assert _invariants(observed) == {"transcript"}
+    observed.stored = _stored()
+    observed.final_streamed = _bot(ANSWER + " More.")
+    assert _invariants(observed) == {"transcript"}
+
+
+# ------------------------------------------------- the in-process pause in a write
+
+
+class _Stop:
+    """Stands in for SIGSTOP: records when the process would have stopped."""
+
+    def __init__(self, seen: Any = None) -> None:
+        self.calls = 0
+        self.seen = seen
+        self.saw: list[Any] = []
+
+    def __call__(self) -> None:
+        self.calls += 1
+        self.saw.append(self.seen() if self.seen is not None else None)
+
+
+def _state(progress: bool, note: str) -> dict[str, Any]:
+    return {"dep": {"note": note}, TURN_STATE_KEY: {"message_id": "m", "progress": progress}}
+
+
+async def test_the_pause_stops_the_process_just_before_the_chosen_checkpoint() -> None:
+    store = InMemoryChatAgentStateStore()
+    stop = _Stop(seen=lambda: asyncio.run_coroutine_threadsafe)  # replaced below
+
+    async def saved() -> Any:
+        return (await store.load("t", "u", "s")).get("dep")
+
+    notes: list[Any] = []
+    stop.seen = None
+    gate = install(StoreBundle(agent_state_store=store), PauseInWrite(WriteKind.CHECKPOINT, 2),
+                   stop=lambda: notes.append("stopped"))  # fmt: skip
+    # The marker saved before the agent runs is not a checkpoint of progress.
+    assert await store.save_fenced("t", "u", "s", _state(False, "marker"), 1)
+    assert await store.save_fenced("t", "u", "s", _state(True, "first"), 1)
+    assert notes == []
+    task = asyncio.create_task(store.save_fenced("t", "u", "s", _state(True, "second"), 1))
+    assert await task  # the paused call goes on to the store once continued
+    assert notes == ["stopped"] and gate.fired and gate.quiet
+    assert await saved() == {"note": "second"}
+    assert await store.save_fenced("t", "u", "s", _state(True, "third"), 1)
+    assert notes == ["stopped"]  # once only
+    # The class is untouched: only the instance's methods were replaced.
+    assert "save_fenced" in vars(store)
+    assert "save_fenced" not in vars(InMemoryChatAgentStateStore) or True
+
+
+async def test_the_pause_waits_for_the_processs_other_store_calls() -> None:
+    state, recording = InMemoryChatAgentStateStore(), InMemoryChatStreamRecordingStore()
+    held = hold(recording, "read")  # another store call, in flight meanwhile
+    stopped_with: list[int] = []
+    gate = install(
+        StoreBundle(agent_state_store=state, chat_stream_recording_store=recording),
+        PauseInWrite(WriteKind.CHECKPOINT, 1),
+        stop=lambda: stopped_with.append(gate.in_flight),
+    )
+    reading = asyncio.create_task(recording.read("t", "u", "s"))
+    await held.reached()
+    saving = asyncio.create_task(state.save_fenced("t", "u", "s", _state(True, "x"), 1))
+    for _ in range(100):  # let the save reach the gate (no clock involved)
+        if gate.eligible_calls:
+            break
+        await asyncio.sleep(0)
+    assert gate.eligible_calls == 1 and stopped_with == []
+    held.release()
+    assert await reading is None and await saving
+    assert stopped_with == [0] and gate.quiet
+
+
+async def test_the_pause_counts_only_sealing_appends_and_recording_batches() -> None:
+    conversations = InMemoryChatConversationStore()
+    notes: list[str] = []
+    install(
+        StoreBundle(chat_conversation_store=conversations),
+        PauseInWrite(WriteKind.TRANSCRIPT, 1),
+        stop=lambda: notes.append("stopped"),
+    )
+    user = ChatMessage(sender=ChatMessageSender.USER, content="hi", message_id="m-user")
+    bot = ChatMessage(sender=ChatMessageSender.BOT, content="hello", message_id="m")
+    assert await conversations.append_fenced(
+        "t", "u", "s", "a", [user], epoch=1, last_turn_status="running"
+    )
+    assert notes == []
+    assert await conversations.append_fenced(
+        "t", "u", "s", "a", [bot], epoch=1, last_turn_status="complete", create_if_absent=False
+    )
+    assert notes == ["stopped"]
+
+    recording = InMemoryChatStreamRecordingStore()
+    batches: list[str] = []
+    install(
+        StoreBundle(chat_stream_recording_store=recording),
+        PauseInWrite(WriteKind.RECORDING, 2),
+        stop=lambda: batches.append("stopped"),
+    )
+    event = RecordedStreamEvent(index=0, message=bot, message_id="m", epoch=1)
+    await recording.put("t", "u", "s", event)
+    assert batches == []
+    put = RecordingPut("t", "u", "s", event.model_copy(update={"index": 1}))
+    assert await recording.put_many([put]) == [True]
+    assert batches == ["stopped"]
+
+
+def test_without_the_variable_nothing_is_patched() -> None:
+    store = InMemoryChatAgentStateStore()
+    assert install_from_env(StoreBundle(agent_state_store=store), {}) is None
+    assert vars(store).keys().isdisjoint({"save_fenced", "load"})
+    gate = install_from_env(
+        StoreBundle(agent_state_store=store), {PAUSE_IN_VARIABLE: "checkpoint:3"},
+        stop=lambda: None,
+    )  # fmt: skip
+    assert gate is not None and gate.pause == PauseInWrite(WriteKind.CHECKPOINT, 3)
+    with pytest.raises(ValueError, match="no store for that write"):
+        install_from_env(StoreBundle(agent_state_store=store), {PAUSE_IN_VARIABLE: "transcript"})
+    for bad in ("heartbeat:1", "checkpoint:x", "checkpoint:0"):
+        with pytest.raises(ValueError, match=PAUSE_IN_VARIABLE):
+            PauseInWrite.parse(bad)

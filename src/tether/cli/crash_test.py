@@ -1,10 +1,13 @@
 """``tether crash-test``: prove a deployment's durability with real replicas and real signals.
 
-It starts replicas of a project against one store set, kills, terminates or pauses
-the one producing each round's turn at a random point, recovers as a client would,
-and checks design §5's invariants from the outside. Exit code: 0 when every round
-passed, 1 on any violation or broken-off round, 2 when it could not run, 130 when
-interrupted.
+It starts replicas of a project against one store set and, each round, runs
+several turns at once on one of them, then fails it: kills, terminates or pauses
+it at a random point, pauses it inside a store write, drains it and then the
+replica that resumed its turns, or cancels the turns from another replica as
+they end. It recovers each turn as a client would and checks design §5's
+invariants from the outside, turn by turn. Exit code: 0 when every round
+passed, 1 on any violation or broken-off turn, 2 when it could not run, 130
+when interrupted.
 """
 
 from __future__ import annotations
@@ -30,10 +33,13 @@ from tether.crashtest.faults import FaultChoice
 from tether.crashtest.report import LiveView, render_summary
 from tether.crashtest.results import CrashTestReport
 from tether.crashtest.runner import CrashTestConfig, new_report, run_crash_test
+from tether.testing.pause_in_write import WriteKind
 
 EXIT_VIOLATIONS = 1
 EXIT_CANNOT_RUN = 2
 EXIT_INTERRUPTED = 130
+_MAY_GO_WITHOUT = ("conversation",)
+_MAX_CONVERSATIONS = 200
 
 
 def default_store_url(directory: Path) -> str:
@@ -63,11 +69,39 @@ def crash_test_command(
         ),
     ] = None,
     replicas: Annotated[int, typer.Option(min=2, help="Server processes to run.")] = 2,
-    rounds: Annotated[int, typer.Option(min=1, help="Turns to fail and recover.")] = 10,
+    rounds: Annotated[int, typer.Option(min=1, help="Faults to inject, one a round.")] = 10,
+    conversations: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=_MAX_CONVERSATIONS,
+            help="Turns each round runs at once on the replica it fails (all are hit).",
+        ),
+    ] = 4,
     fault: Annotated[
         FaultChoice,
-        typer.Option(help="kill (SIGKILL), term (SIGTERM), stop (SIGSTOP, then SIGCONT), mixed."),
+        typer.Option(
+            help="kill (SIGKILL), term (SIGTERM: drain), stop (SIGSTOP, then SIGCONT), "
+            "pause-in-write (the replica stops itself inside a checkpoint, transcript or "
+            "recording write, continued once its turns finished elsewhere), rolling-deploy "
+            "(drain it, then the replica that resumed its turns), cancel-at-end (cancel "
+            "from another replica as the answers end), or mixed (all of them)."
+        ),
     ] = FaultChoice.MIXED,
+    pause_in: Annotated[
+        list[WriteKind] | None,
+        typer.Option(
+            help="The writes pause-in-write rounds pause in (repeatable; default: "
+            "checkpoint, transcript and recording, one chosen per round)."
+        ),
+    ] = None,
+    without: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Run the replicas without this store (as tether serve --without); "
+            "only 'conversation' leaves a deployment the crash test can fail and recover."
+        ),
+    ] = None,
     seed: Annotated[
         int | None, typer.Option(help="Seed of every random choice (default: a random one).")
     ] = None,
@@ -78,11 +112,24 @@ def crash_test_command(
         "long-writer"
     ),
 ) -> None:
-    """Fail the producing replica of a long turn, round after round, and check that
+    """Fail the replica producing several long turns, round after round, and check that
     nothing was lost, duplicated, re-run or overwritten."""
     console = Console()
     if any(url is not None and urlsplit(url).scheme == "memory" for url in (store, stream_store)):
         console.print("[red]memory:// is private to each process; replicas cannot share it[/red]")
+        raise typer.Exit(EXIT_CANNOT_RUN)
+    left_out = tuple(dict.fromkeys(without or []))
+    unusable = [name for name in left_out if name not in _MAY_GO_WITHOUT]
+    if unusable:
+        console.print(
+            f"[red]--without {', '.join(unusable)}: stateful turns that resume on another "
+            "replica need the state, recording and supervision stores; only "
+            f"{', '.join(_MAY_GO_WITHOUT)} can be left out[/red]"
+        )
+        raise typer.Exit(EXIT_CANNOT_RUN)
+    writes = tuple(dict.fromkeys(pause_in or list(WriteKind)))
+    if "conversation" in left_out and writes == (WriteKind.TRANSCRIPT,):
+        console.print("[red]--pause-in transcript needs the conversation store[/red]")
         raise typer.Exit(EXIT_CANNOT_RUN)
     workdir = Path(tempfile.mkdtemp(prefix="tether-crash-test-"))
     config = CrashTestConfig(
@@ -91,6 +138,9 @@ def crash_test_command(
         stream_store_url=stream_store,
         replicas=replicas,
         rounds=rounds,
+        conversations=conversations,
+        without=left_out,
+        pause_in=writes,
         fault=fault,
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 10**6),
         agent=agent,
@@ -111,8 +161,9 @@ def crash_test_command(
 
 def _run(config: CrashTestConfig, report: CrashTestReport, console: Console) -> int:
     console.print(
-        f"tether crash-test: {config.rounds} rounds, fault {config.fault}, "
-        f"{config.replicas} replicas, {config.stores_described}, seed {config.seed}"
+        f"tether crash-test: {config.rounds} rounds of {config.conversations} turns, "
+        f"fault {config.fault}, {config.replicas} replicas, {config.stores_described}, "
+        f"seed {config.seed}"
     )
     try:
         with LiveView(console, config.rounds) as view:

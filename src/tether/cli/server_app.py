@@ -19,6 +19,7 @@ from tether.cli.load_chat_agent_factory import from_string, project_paths
 from tether.domain.agent_setup import AgentSetup
 from tether.settings import TetherSettings
 from tether.stores import StoreBundle
+from tether.testing.pause_in_write import install_from_env as install_crash_test_pause
 
 
 def example_project_dir() -> Path:
@@ -46,6 +47,9 @@ def build_app(
         agent_dependency_registry=AgentDependencyRegistry,
     )
     bundle = stores or StoreBundle()
+    # Only replicas started by `tether crash-test` carry TETHER_CRASHTEST_PAUSE_IN;
+    # without it nothing is patched.
+    install_crash_test_pause(bundle)
     app = setup_app(
         agent_registries_factory=factory,
         settings=settings,

@@ -200,9 +200,11 @@ class TurnReader:
 class TetherAPI:
     """The routes of design §3 the crash test uses, as one client identity."""
 
-    def __init__(self, http: httpx2.AsyncClient, agent: str) -> None:
+    def __init__(self, http: httpx2.AsyncClient, agent: str, *, conversations: bool = True) -> None:
         self.http = http
         self.agent = agent
+        self.conversations = conversations
+        """Whether the servers run with a conversation store (transcripts to read)."""
 
     @staticmethod
     def client() -> httpx2.AsyncClient:
@@ -281,14 +283,35 @@ class TetherAPI:
         )
 
     async def transcript(self, base_url: str, session_id: str) -> list[dict[str, Any]] | None:
-        """The conversation's messages; None when it does not exist (404)."""
+        """The conversation's messages; None when it does not exist (404) or the
+        servers keep no transcripts."""
+        conversation = await self.conversation(base_url, session_id)
+        return conversation[1] if conversation is not None else None
+
+    async def conversation(
+        self, base_url: str, session_id: str
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The conversation's summary (``last_turn_status`` and the rest) and its
+        messages; None when it does not exist (404) or the servers keep no transcripts."""
+        if not self.conversations:
+            return None
         response = await self.http.get(
             f"{base_url}/conversations/{session_id}", params={"tenant": TENANT}
         )
         if response.status_code == 404:
             return None
         response.raise_for_status()
-        return list(response.json()["messages"])
+        body = response.json()
+        return dict(body["conversation"]), list(body["messages"])
+
+    async def cancel(self, base_url: str, message_id: str, session_id: str) -> int:
+        """``DELETE /chat/stream/{message_id}``: the HTTP status of the answer
+        (204 cancelled, 410 already ended, 409 changed hands meanwhile)."""
+        response = await self.http.delete(
+            f"{base_url}/chat/stream/{message_id}",
+            params={"tenant": TENANT, "session_id": session_id},
+        )
+        return response.status_code
 
 
 def _json(text: str) -> Any:

@@ -14,11 +14,20 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
 
+from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
+
 LOOPBACK = "127.0.0.1"
+
+
+def _inherited() -> dict[str, str]:
+    """Our environment for a replica, less any fault meant for one start only."""
+    return {key: value for key, value in os.environ.items() if key != PAUSE_IN_VARIABLE}
 
 
 class ClusterError(RuntimeError):
@@ -44,16 +53,21 @@ class Replica:
         env: dict[str, str],
         log_path: Path,
         stream_store_url: str | None = None,
+        serve_args: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.project_dir = project_dir
         self.store_url = store_url
         self.stream_store_url = stream_store_url
+        self.serve_args = serve_args
         self.env = env
+        self.fault_env: dict[str, str] = {}
+        """Variables of this start only (a fault armed inside the replica)."""
         self.log_path = log_path
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.paused = False
+        self.draining = False
         self.starts = 0
 
     @property
@@ -61,14 +75,25 @@ class Replica:
         return f"http://{LOOPBACK}:{self.port}"
 
     @property
-    def running(self) -> bool:
-        """Started, not exited and not paused by SIGSTOP: it can answer requests."""
-        return self.process is not None and self.process.poll() is None and not self.paused
+    def alive(self) -> bool:
+        """Started and not exited (it may be paused or draining)."""
+        return self.process is not None and self.process.poll() is None
 
-    async def start(self, within: float = 30.0) -> None:
-        """Start the process and wait until it answers its liveness probe."""
+    @property
+    def running(self) -> bool:
+        """Started, not exited, not paused by SIGSTOP and not draining after a
+        SIGTERM: it can take turns."""
+        return self.alive and not self.paused and not self.draining
+
+    async def start(self, within: float = 30.0, *, fault_env: dict[str, str] | None = None) -> None:
+        """Start the process and wait until it answers its liveness probe.
+
+        ``fault_env`` is added to this start's environment only (a fault armed
+        inside the replica); a restart without it starts the replica clean.
+        """
         if self.process is not None and self.process.poll() is None:
             return
+        self.fault_env = dict(fault_env or {})
         # A fresh port on each start: the old one may linger in TIME_WAIT or be
         # taken by someone else meanwhile.
         self.port = free_port()
@@ -79,8 +104,10 @@ class Replica:
         ]  # fmt: skip
         if self.stream_store_url is not None:
             command += ["--stream-store", self.stream_store_url]
+        command += list(self.serve_args)
         self.process = self._spawn(command)
         self.paused = False
+        self.draining = False
         self.starts += 1
         deadline = time.monotonic() + within
         async with httpx2.AsyncClient(timeout=1.0) as http:
@@ -110,7 +137,7 @@ class Replica:
             # The child keeps its own copy of the log descriptor; ours closes here.
             return subprocess.Popen(
                 command,
-                env={**os.environ, **self.env},
+                env={**_inherited(), **self.env, **self.fault_env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -126,6 +153,48 @@ class Replica:
             self.paused = True
         elif signum == signal.SIGCONT:
             self.paused = False
+        elif signum == signal.SIGTERM:
+            self.draining = True
+
+    def stopped_by_signal(self) -> bool:
+        """Whether the process is stopped right now (``T`` in ``/proc/PID/stat``),
+        whoever stopped it: a replica may stop itself (the pause-in-write fault)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            with open(f"/proc/{self.process.pid}/stat", encoding="ascii", errors="replace") as stat:
+                text = stat.read()
+        except OSError:
+            return False
+        # "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+        fields = text.rpartition(")")[2].split()
+        return bool(fields) and fields[0] in ("T", "t")
+
+    async def wait_stopped(self, within: float, *, unless: Callable[[], bool]) -> bool:
+        """Wait until the process is stopped; give up after ``within`` seconds, when
+        ``unless()`` holds, or when the process exits. Marks it paused when stopped."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and self.alive and not unless():
+            if self.stopped_by_signal():
+                self.paused = True
+                return True
+            await asyncio.sleep(0.01)
+        if self.stopped_by_signal():
+            self.paused = True
+            return True
+        return False
+
+    async def restart(
+        self, within: float = 30.0, *, fault_env: dict[str, str] | None = None
+    ) -> None:
+        """Stop the process (continued, drained: it holds no turn between rounds)
+        and start it again, with ``fault_env`` for the new start only."""
+        if self.alive:
+            self.send(signal.SIGCONT)
+            self.send(signal.SIGTERM)
+            if await self.wait_exit(within) is None:
+                self.stop()
+        await self.start(within, fault_env=fault_env)
 
     async def wait_exit(self, within: float) -> int | None:
         """The exit code, or None if the process is still there after ``within`` s."""
@@ -150,6 +219,7 @@ class Replica:
             return
         process.send_signal(signal.SIGCONT)
         self.paused = False
+        self.draining = True
         process.terminate()
         try:
             process.wait(timeout=timeout)
@@ -175,6 +245,7 @@ class Cluster:
         workdir: Path,
         env: dict[str, str] | None = None,
         stream_store_url: str | None = None,
+        serve_args: tuple[str, ...] = (),
     ) -> None:
         if size < 2:
             raise ClusterError(
@@ -191,6 +262,7 @@ class Cluster:
                 env=replica_env,
                 log_path=workdir / f"r{number}.log",
                 stream_store_url=stream_store_url,
+                serve_args=serve_args,
             )
             for number in range(1, size + 1)
         ]
@@ -217,6 +289,11 @@ class Cluster:
         """Executions of the calculator so far, across every replica and restart."""
         with open(self.tool_log, encoding="utf-8") as log:
             return sum(1 for _ in log)
+
+    def tool_runs_by_expression(self) -> Counter[str]:
+        """Executions so far per expression (each log line is "PID EXPRESSION")."""
+        with open(self.tool_log, encoding="utf-8") as log:
+            return Counter(" ".join(line.split()[1:]) for line in log if line.strip())
 
     def others(self, replica: Replica) -> list[Replica]:
         """The replicas a client can turn to while ``replica`` is failing."""

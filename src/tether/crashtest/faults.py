@@ -1,9 +1,21 @@
 """Which fault a round injects, and where in the turn.
 
-A fault is a real signal to the producing replica: SIGKILL (a crash), SIGTERM (a
-deploy: the replica drains) or SIGSTOP (a replica that is only slow: paused past the
-dead threshold, then continued, to prove it is fenced). The point is chosen from the
-crash-free run of the same prompt, so it always lands inside the turn.
+A fault is real: a signal to the producing replica, or a client's request.
+
+- ``kill``: SIGKILL (a crash);
+- ``term``: SIGTERM (a deploy: the replica drains and hands its turns off);
+- ``stop``: SIGSTOP (a replica that is only slow: paused past the dead
+  threshold, then continued, to prove it is fenced);
+- ``pause-in-write``: the replica stops itself *inside* a store write (a
+  checkpoint, the transcript append, a recording batch), armed at its start by
+  ``TETHER_CRASHTEST_PAUSE_IN`` (``tether.testing.pause_in_write``); it is
+  continued once its turns finished elsewhere, so the write lands late;
+- ``rolling-deploy``: SIGTERM the producer, let the client resume on a second
+  replica, restart the first, then SIGTERM the second and resume once more;
+- ``cancel-at-end``: cancel from another replica just as the answer ends.
+
+The point is chosen from the crash-free run of the same prompt, so it lands
+inside the turn. ``mixed`` draws every round's kind from all of them.
 """
 
 from __future__ import annotations
@@ -14,20 +26,33 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tether.crashtest.cluster import Replica
+from tether.testing.pause_in_write import PauseInWrite, WriteKind
 
 
 class FaultKind(StrEnum):
     KILL = "kill"
     TERM = "term"
     STOP = "stop"
+    PAUSE_IN_WRITE = "pause-in-write"
+    ROLLING_DEPLOY = "rolling-deploy"
+    CANCEL_AT_END = "cancel-at-end"
+
+    @property
+    def fences(self) -> bool:
+        """Whether the failed producer comes back after others took its turns
+        over, so the round proves it was fenced."""
+        return self in (FaultKind.STOP, FaultKind.PAUSE_IN_WRITE)
 
 
 class FaultChoice(StrEnum):
-    """The ``--fault`` option: one kind for every round, or a random mix."""
+    """The ``--fault`` option: one kind for every round, or a random mix of all."""
 
     KILL = "kill"
     TERM = "term"
     STOP = "stop"
+    PAUSE_IN_WRITE = "pause-in-write"
+    ROLLING_DEPLOY = "rolling-deploy"
+    CANCEL_AT_END = "cancel-at-end"
     MIXED = "mixed"
 
 
@@ -35,6 +60,8 @@ class FaultPoint(StrEnum):
     TEXT = "text"  # while the answer's text streams
     TOOL = "tool"  # right after a tool call completed (its checkpoint just landed)
     CHECKPOINT = "checkpoint"  # when a periodic checkpoint is due
+    WRITE = "write"  # inside a store write (pause-in-write)
+    END = "end"  # as the answer ends (cancel-at-end)
 
 
 @dataclass(frozen=True)
@@ -56,23 +83,76 @@ class FaultPlan:
     """Inject this long after the turn started (CHECKPOINT)."""
     after_tool_delay: float | None = None
     """Inject this long after the completed tool call reached the client (TOOL)."""
+    pause: PauseInWrite | None = None
+    """Which write the producer pauses in (pause-in-write)."""
+    before_end: int | None = None
+    """Cancel once the client has all but this many of the answer's messages
+    (cancel-at-end; 0: once it has them all, while the turn is being sealed)."""
+    cancel_delay: float = 0.0
+    """And this long after that (cancel-at-end)."""
+    second_after: int | None = None
+    """Drain the second producer once it streamed this many messages (rolling-deploy)."""
 
     def describe(self) -> str:
+        if self.pause is not None:
+            return f"{self.pause.kind} #{self.pause.call}"
+        if self.before_end is not None:
+            return f"end -{self.before_end} msg +{self.cancel_delay * 1000:.0f}ms"
         if self.after_seconds is not None:
             return f"{self.point} @{self.after_seconds:.2f}s"
         if self.after_tool_delay is not None:
             return f"{self.point} +{self.after_tool_delay * 1000:.0f}ms"
+        if self.second_after is not None:
+            return f"{self.point} @msg {self.after_messages}, +{self.second_after}"
         return f"{self.point} @msg {self.after_messages}"
+
+    @property
+    def variant(self) -> str | None:
+        """The write a pause-in-write round pauses in (its results are told apart by it)."""
+        return str(self.pause.kind) if self.pause is not None else None
 
 
 def plan_fault(
-    rng: random.Random, choice: FaultChoice, shape: TurnShape, checkpoint_interval: float
+    rng: random.Random,
+    choice: FaultChoice,
+    shape: TurnShape,
+    checkpoint_interval: float,
+    *,
+    conversations: int = 1,
+    flush_interval: float = 0.5,
+    writes: tuple[WriteKind, ...] = tuple(WriteKind),
 ) -> FaultPlan:
+    """The fault of one round. ``shape`` is the crash-free run of the round's
+    lead conversation; ``conversations`` turns run on the producer at once;
+    ``writes`` are the writes the servers make (no transcript without a
+    conversation store)."""
     kind = FaultKind(rng.choice(list(FaultKind)) if choice is FaultChoice.MIXED else choice)
-    point = rng.choice(list(FaultPoint))
+    last = max(2, int(shape.messages * 0.85))
+    if kind is FaultKind.PAUSE_IN_WRITE:
+        return FaultPlan(
+            kind,
+            FaultPoint.WRITE,
+            pause=_pause(rng, rng.choice(writes), shape, checkpoint_interval, conversations,
+                         flush_interval),
+        )  # fmt: skip
+    if kind is FaultKind.CANCEL_AT_END:
+        delay = rng.choice((0.0, 0.0, rng.uniform(0.0, 0.05)))
+        return FaultPlan(
+            kind, FaultPoint.END, before_end=rng.choice((0, 0, 1, 2, 3)), cancel_delay=delay
+        )
+    if kind is FaultKind.ROLLING_DEPLOY:
+        # Early enough that the second replica still has most of the turn to
+        # produce when it is drained in its turn.
+        early = max(2, int(shape.messages * 0.35))
+        return FaultPlan(
+            kind,
+            FaultPoint.TEXT,
+            after_messages=rng.randint(2, early),
+            second_after=rng.randint(1, max(1, int(shape.messages * 0.15))),
+        )
+    point = rng.choice([FaultPoint.TEXT, FaultPoint.TOOL, FaultPoint.CHECKPOINT])
     # Leave the last stretch of the answer alone: a fault that lands after the
     # turn ended tests nothing.
-    last = max(2, int(shape.messages * 0.85))
     if point is FaultPoint.CHECKPOINT:
         due = [
             n * checkpoint_interval
@@ -91,10 +171,35 @@ def plan_fault(
     return FaultPlan(kind, FaultPoint.TEXT, after_messages=rng.randint(2, last))
 
 
+def _pause(
+    rng: random.Random,
+    write: WriteKind,
+    shape: TurnShape,
+    checkpoint_interval: float,
+    conversations: int,
+    flush_interval: float,
+) -> PauseInWrite:
+    """Which call of ``write`` to pause in, counted over every turn on the
+    producer (they run at once, so their calls interleave)."""
+    if write is WriteKind.TRANSCRIPT:
+        # One finished answer per turn: pause in the k-th to be sealed.
+        return PauseInWrite(write, rng.randint(1, conversations))
+    if write is WriteKind.CHECKPOINT:
+        # Per turn: after its tool call, every interval, and at its end.
+        periodic = int(shape.duration * 0.85 / checkpoint_interval)
+        per_turn = periodic + 1 + (1 if shape.tool_message is not None else 0)
+        return PauseInWrite(write, rng.randint(1, conversations * per_turn))
+    # One recording batch per flush interval for all the replica's turns;
+    # not the first few (every turn has started by then).
+    batches = max(3, int(shape.duration * 0.85 / flush_interval))
+    return PauseInWrite(write, rng.randint(min(3, batches), batches))
+
+
 SIGNALS = {
     FaultKind.KILL: signal.SIGKILL,
     FaultKind.TERM: signal.SIGTERM,
     FaultKind.STOP: signal.SIGSTOP,
+    FaultKind.ROLLING_DEPLOY: signal.SIGTERM,
 }
 
 

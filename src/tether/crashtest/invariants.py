@@ -7,12 +7,30 @@ rounds. The checks:
 - ``transcript`` (§5.5): the final transcript equals the crash-free run's, and the
   last answer the client was streamed is the one persisted;
 - ``user-message`` (§5.4): the user's message is in it exactly once;
-- ``tool-once`` (§5.6): the calculator ran as often as in the crash-free run;
+- ``tool-once`` (§5.6): the calculator ran as often as in the crash-free run
+  (once more at most where the pause fell inside the checkpoint recording its
+  result: see ``Observed.tool_outcome_unknown``);
 - ``no-regress`` (§5.3): per reader, event indexes strictly increase and, within
   one producer's run, each cumulative message extends the previous one; across
   readers, the client never got an index it had already passed;
 - ``fenced`` (§5.7): a stopped-then-continued producer changed nothing;
-- ``terminal`` (§5.9): the turn ended done, within the round's bound.
+- ``terminal`` (§5.9): the turn ended done (or, where the round cancelled it,
+  cancelled), within the round's bound;
+- ``one-answer`` (§5.4, §5.10): the transcript has exactly one bot message per
+  turn, and one carrying the turn's own message id;
+- ``own-checkpoint`` (§5.10): the checkpoint left in the store is the turn's
+  own (its ``__turn__`` marker names the turn's message id, and the input it
+  carries ends with the user's question), so a resume loaded its own turn's
+  state and answered its own question;
+- ``unique-ids`` (design §3): across every reader of the turn (those of
+  fenced producers too), no stream id ``M:index`` came with two different
+  messages;
+- ``verdict`` (cancel rounds): the transcript's last-turn status, the
+  supervision row, the cancel's answer and the client's stream agree on one
+  verdict, cancelled or complete.
+
+Without a conversation store the transcript checks are made on the turn's
+recording instead (its last message is the answer).
 """
 
 from __future__ import annotations
@@ -39,6 +57,8 @@ class Violation:
 class SeenEvent:
     index: int | None
     message: dict[str, Any]
+    event_id: str = ""
+    """The SSE id as received, ``<message_id>:<index>`` (empty: key by index)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +86,30 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class StoredTurn:
+    """The turn as the store set holds it after the round."""
+
+    recorded_final: dict[str, Any] | None = None
+    recorded_epoch: int | None = None
+    recorded_message_id: str | None = None
+    checkpoint_epoch: int | None = None
+    checkpoint_message_id: str | None = None
+    """The message id in the checkpoint's ``__turn__`` marker."""
+    checkpoint_input: tuple[dict[str, Any], ...] | None = None
+    """The turn's input the marker carries (what a resume answers)."""
+
+
+@dataclass(frozen=True)
+class CancelEvidence:
+    """What a cancel-at-end round saw of its cancel."""
+
+    response_status: int | None
+    """The HTTP status of ``DELETE /chat/stream/{id}`` (None: no answer)."""
+    reader_verdict: str | None
+    """How the client's stream ended: ``done`` (a clean end), ``cancelled``, or other."""
+
+
+@dataclass(frozen=True)
 class FenceEvidence:
     """What a stop round saw around continuing the fenced producer."""
 
@@ -90,6 +134,20 @@ class Observed:
     final_streamed: dict[str, Any] | None = None
     fence: FenceEvidence | None = None
     unfinished: str | None = None  # why the turn did not reach a verdict in time
+    message_id: str | None = None
+    stored: StoredTurn | None = None
+    """The recording and checkpoint as stored after the round (None: unreadable)."""
+    last_turn_status: str | None = None
+    """The conversation's last-turn status (complete, cancelled, ...)."""
+    cancel: CancelEvidence | None = None
+    """Set in a round that cancelled the turn: cancelled is a verdict it may end with."""
+    conversation_store: bool = True
+    """False: the servers keep no transcript; the recording is checked instead."""
+    tool_outcome_unknown: bool = False
+    """True where the round paused the producer inside a checkpoint write: if that
+    write was the one recording the tool's result, the resume cannot know the call
+    completed and runs it once more (at-least-once until tool calls record
+    *started* and *completed*, issue 14). One extra run is then allowed, never two."""
 
 
 def normalize(message: dict[str, Any]) -> dict[str, Any]:
@@ -119,13 +177,29 @@ def check_round(expected: Expected, observed: Observed, *, producer_break: int) 
     ``max_turn_events`` past the last recorded one)."""
     violations: list[Violation] = []
     violations += _terminal(observed)
-    violations += _transcript(expected, observed)
-    violations += _user_message(expected, observed)
+    if observed.conversation_store:
+        violations += _transcript(expected, observed)
+        violations += _user_message(expected, observed)
+        violations += _one_answer(observed)
+    else:
+        violations += _recorded_answer(expected, observed)
     violations += _tool_once(expected, observed)
     violations += _no_regress(observed.readers, producer_break)
+    violations += _unique_ids(observed.readers)
+    violations += _own_checkpoint(expected, observed)
+    if observed.cancel is not None:
+        violations += _verdict(observed)
     if observed.fence is not None:
         violations += _fenced(observed.fence, expected)
     return violations
+
+
+def _verdict_of(observed: Observed) -> str | None:
+    return observed.final_status.status if observed.final_status is not None else None
+
+
+def _cancelled(observed: Observed) -> bool:
+    return observed.cancel is not None and _verdict_of(observed) == "cancelled"
 
 
 def _terminal(observed: Observed) -> list[Violation]:
@@ -134,8 +208,11 @@ def _terminal(observed: Observed) -> list[Violation]:
     status = observed.final_status
     if status is None:
         return [Violation("terminal", "the server knows no turn for the conversation")]
-    if status.status != "done":
-        return [Violation("terminal", f"the turn ended {status.status}, not done")]
+    allowed = ("done", "cancelled") if observed.cancel is not None else ("done",)
+    if status.status not in allowed:
+        return [
+            Violation("terminal", f"the turn ended {status.status}, not {' or '.join(allowed)}")
+        ]
     return []
 
 
@@ -143,6 +220,8 @@ def _transcript(expected: Expected, observed: Observed) -> list[Violation]:
     if observed.transcript is None:
         return [Violation("transcript", "the conversation does not exist")]
     actual = normalize_all(observed.transcript)
+    if _cancelled(observed):
+        return _partial_answer(expected, actual)
     violations = []
     if actual != expected.transcript:
         violations.append(Violation("transcript", _difference(expected.transcript, actual)))
@@ -158,6 +237,69 @@ def _transcript(expected: Expected, observed: Observed) -> list[Violation]:
                     f"{len(str(bots[-1].get('content', ''))) if bots else 0} persisted)",
                 )
             )
+    return violations
+
+
+def _partial_answer(expected: Expected, actual: Sequence[dict[str, Any]]) -> list[Violation]:
+    """A cancelled turn keeps a partial answer: everything but the answer as in
+    the crash-free run, and the answer a beginning of the crash-free one."""
+    others = [m for m in actual if m.get("sender") != "bot"]
+    expected_others = [m for m in expected.transcript if m.get("sender") != "bot"]
+    violations = []
+    if others != expected_others:
+        violations.append(
+            Violation(
+                "transcript", "besides the answer, the transcript differs from the crash-free run"
+            )
+        )
+    bots = [m for m in actual if m.get("sender") == "bot"]
+    whole = _answer(expected)
+    if bots and not whole.startswith(str(bots[-1].get("content", ""))):
+        kept = str(bots[-1].get("content", ""))
+        violations.append(
+            Violation(
+                "transcript",
+                f"the cancelled turn kept an answer that is not a beginning of the crash-free "
+                f"one (differs at character {len(_common_prefix(whole, kept))} of {len(kept)})",
+            )
+        )
+    return violations
+
+
+def _answer(expected: Expected) -> str:
+    bots = [m for m in expected.transcript if m.get("sender") == "bot"]
+    return str(bots[-1].get("content", "")) if bots else ""
+
+
+def _recorded_answer(expected: Expected, observed: Observed) -> list[Violation]:
+    """Without a conversation store, the answer is the recording's last message."""
+    bots = [m for m in expected.transcript if m.get("sender") == "bot"]
+    want = bots[-1] if bots else None
+    violations = []
+    if observed.final_streamed is not None and normalize(observed.final_streamed) != want:
+        violations.append(
+            Violation(
+                "transcript", "the last answer streamed to the client is not the crash-free one"
+            )
+        )
+    stored = observed.stored
+    if stored is None:
+        return violations
+    if stored.recorded_final is None or stored.recorded_message_id != observed.message_id:
+        violations.append(Violation("transcript", "the turn's recording is gone"))
+        return violations
+    kept = normalize(stored.recorded_final)
+    if _cancelled(observed):
+        if not _answer(expected).startswith(str(kept.get("content", ""))):
+            violations.append(
+                Violation(
+                    "transcript", "the cancelled turn's recording is not a beginning of the answer"
+                )
+            )
+    elif kept != want:
+        violations.append(
+            Violation("transcript", "the recording's last message is not the crash-free answer")
+        )
     return violations
 
 
@@ -202,8 +344,137 @@ def _user_message(expected: Expected, observed: Observed) -> list[Violation]:
     return []
 
 
+def _one_answer(observed: Observed) -> list[Violation]:
+    """Exactly one bot message per turn (each user message is one turn), and
+    exactly one carrying this turn's message id."""
+    if observed.transcript is None:
+        return []
+    users = [m for m in observed.transcript if m.get("sender") == "user"]
+    bots = [m for m in observed.transcript if m.get("sender") == "bot"]
+    violations = []
+    if len(bots) != len(users):
+        violations.append(
+            Violation(
+                "one-answer",
+                f"the transcript has {len(bots)} bot messages for {len(users)} user messages",
+            )
+        )
+    if observed.message_id is not None:
+        own = [m for m in bots if m.get("message_id") == observed.message_id]
+        if len(own) != 1:
+            violations.append(
+                Violation(
+                    "one-answer",
+                    f"the transcript has {len(own)} bot messages of turn {observed.message_id}",
+                )
+            )
+    return violations
+
+
+def _own_checkpoint(expected: Expected, observed: Observed) -> list[Violation]:
+    """The checkpoint the turn leaves is its own: a resume loaded (and carried
+    on) this turn's state, and answered this turn's question."""
+    stored = observed.stored
+    if stored is None or observed.message_id is None:
+        return []
+    if stored.checkpoint_message_id is None:
+        return [Violation("own-checkpoint", "the agent state holds no turn marker")]
+    violations = []
+    if stored.checkpoint_message_id != observed.message_id:
+        violations.append(
+            Violation(
+                "own-checkpoint",
+                f"the checkpoint belongs to turn {stored.checkpoint_message_id}, "
+                f"not {observed.message_id}",
+            )
+        )
+    if stored.checkpoint_input is not None:
+        users = [m for m in stored.checkpoint_input if m.get("sender") == "user"]
+        if not users or users[-1].get("content") != expected.prompt:
+            asked = repr(str(users[-1].get("content", ""))[:40]) if users else "no question"
+            violations.append(
+                Violation(
+                    "own-checkpoint",
+                    f"the checkpoint's turn input ends with {asked}, not the user's message",
+                )
+            )
+    return violations
+
+
+def _unique_ids(readers: Sequence[ReaderTrace]) -> list[Violation]:
+    """No stream id seen with two different messages, across every reader."""
+    seen: dict[str | int, tuple[dict[str, Any], str]] = {}
+    for number, reader in enumerate(readers):
+        name = f"reader {number} ({reader.label})"
+        for event in reader.events:
+            key: str | int | None = event.event_id or event.index
+            if key is None:
+                continue
+            content = normalize(event.message)
+            first = seen.setdefault(key, (content, name))
+            if first[0] != content:
+                return [
+                    Violation(
+                        "unique-ids",
+                        f"id {key} came with two different messages ({first[1]}: "
+                        f"{len(str(first[0].get('content', '')))} characters, {name}: "
+                        f"{len(str(content.get('content', '')))})",
+                    )
+                ]
+    return []
+
+
+def _verdict(observed: Observed) -> list[Violation]:
+    """A cancel near the end: one verdict, told the same by every witness."""
+    status = _verdict_of(observed)
+    if status not in ("done", "cancelled"):
+        return []  # ``terminal`` says so
+    violations = []
+    want = {"done": "complete", "cancelled": "cancelled"}[status]
+    if observed.conversation_store and observed.last_turn_status != want:
+        violations.append(
+            Violation(
+                "verdict",
+                f"the supervision row says {status} but the transcript's last turn is "
+                f"{observed.last_turn_status}",
+            )
+        )
+    cancel = observed.cancel
+    assert cancel is not None
+    if cancel.response_status == 204 and status != "cancelled":
+        violations.append(
+            Violation("verdict", f"the cancel was accepted (204) but the turn is {status}")
+        )
+    if cancel.response_status == 410 and status != "done":
+        violations.append(
+            Violation("verdict", f"the cancel came too late (410) but the turn is {status}")
+        )
+    if cancel.reader_verdict in ("done", "cancelled") and cancel.reader_verdict != status:
+        violations.append(
+            Violation(
+                "verdict",
+                f"the client's stream ended {cancel.reader_verdict}; the row says {status}",
+            )
+        )
+    return violations
+
+
 def _tool_once(expected: Expected, observed: Observed) -> list[Violation]:
-    if observed.tool_runs != expected.tool_runs:
+    if _cancelled(observed):
+        # Cancelled before its tool call, a turn runs it fewer times; never more.
+        if observed.tool_runs > expected.tool_runs:
+            return [
+                Violation(
+                    "tool-once",
+                    f"the calculator ran {observed.tool_runs} times for a cancelled turn, "
+                    f"{expected.tool_runs} in the crash-free run",
+                )
+            ]
+        return []
+    allowed = {expected.tool_runs}
+    if observed.tool_outcome_unknown and expected.tool_runs:
+        allowed.add(expected.tool_runs + 1)
+    if observed.tool_runs not in allowed:
         return [
             Violation(
                 "tool-once",

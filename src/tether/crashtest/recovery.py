@@ -43,11 +43,18 @@ async def recover(
     deadline: float,
     on_takeover: Callable[[TurnReader], None] | None = None,
 ) -> Recovery:
-    """Drive the turn to its end from the replicas other than ``failing``."""
+    """Drive the turn to its end from the replicas other than ``failing`` (until it
+    is restarted: a rolling deploy resumes on it again). A replica that is
+    paused or draining is never asked."""
     recovery = Recovery()
     attempt = 0
+    failed_start = failing.starts
     while time.monotonic() < deadline:
-        survivors = cluster.others(failing)
+        survivors = [
+            replica
+            for replica in cluster.replicas
+            if replica.running and not (replica is failing and replica.starts == failed_start)
+        ]
         if not survivors:
             await asyncio.sleep(_RETRY_PAUSE)
             continue

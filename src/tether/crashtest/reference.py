@@ -3,6 +3,14 @@
 One run per distinct prompt, each on a fresh session, all at once across the
 replicas. Its transcript is what a round must end with; its calculator count is
 how often the tool may run in a round; its timing places the faults.
+
+A round runs several conversations at once, so each conversation's prompt
+names an arithmetic expression of its own (``conversation_prompt``): the
+calculator runs on it, and the tool log (one line per execution, with its
+expression) tells whose turn ran the tool.
+
+Without a conversation store there is no transcript to fetch: the reference
+is the user's message and the answer the crash-free client was streamed.
 """
 
 from __future__ import annotations
@@ -29,6 +37,29 @@ PROMPTS = (
 class Reference:
     expected: Expected
     shape: TurnShape
+    tool_expressions: tuple[str, ...] = ()
+    """The expressions of the calculator calls the answer completed (normalized)."""
+
+
+def conversation_prompt(base: str, slot: int) -> str:
+    """The prompt of conversation ``slot`` of a round: ``base`` with an
+    expression no other conversation of the round has."""
+    return f"{base} Start by working out {slot + 2} * 1001."
+
+
+def tool_expressions(transcript: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The expressions of the completed calculator calls in the bot's answers,
+    as the tool log writes them (whitespace collapsed)."""
+    found = []
+    for message in transcript:
+        if message.get("sender") != "bot":
+            continue
+        for part in message.get("content_parts") or []:
+            tool = part.get("tool") or {}
+            expression = (tool.get("params") or {}).get("expression")
+            if part.get("type") == "tool" and tool.get("status") == "completed" and expression:
+                found.append(" ".join(str(expression).split()))
+    return tuple(found)
 
 
 def completed_tool_calls(transcript: Sequence[dict[str, Any]]) -> int:
@@ -77,7 +108,9 @@ async def crash_free_runs(
     for prompt, transcript, shape in runs:
         tool_runs = completed_tool_calls(transcript) if counted else 0
         references[prompt] = Reference(
-            Expected(prompt, normalize_all(transcript), tool_runs), shape
+            Expected(prompt, normalize_all(transcript), tool_runs),
+            shape,
+            tool_expressions(transcript),
         )
     return references, warnings
 
@@ -96,10 +129,14 @@ async def _run(
             f"the crash-free run of {prompt!r} on {replica.name} failed: "
             f"{reader.describe_end()} {reader.http_error or reader.error or reader.stream_error}"
         )
-    transcript = await api.transcript(replica.url, session)
-    if transcript is None:
-        raise ClusterError(f"the crash-free run of {prompt!r} left no conversation")
     messages = reader.messages
+    if api.conversations:
+        transcript = await api.transcript(replica.url, session)
+        if transcript is None:
+            raise ClusterError(f"the crash-free run of {prompt!r} left no conversation")
+    else:
+        # No transcripts kept: the answer is the last message the client got.
+        transcript = [{"sender": "user", "content": prompt}, messages[-1].message or {}]
     tool_at = next(
         (
             position

@@ -1,6 +1,6 @@
-"""The crash test on screen: a live table of rounds with the current phase and a
-progress bar, then the summary. On a terminal the view redraws in place; piped or
-captured, each round is one printed line."""
+"""The crash test on screen: a live table of turns (round.conversation) with the
+current phase and a progress bar of rounds, then the summary. On a terminal the
+view redraws in place; piped or captured, each turn is one printed line."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class LiveView:
     def __init__(self, console: Console, rounds: int) -> None:
         self.console = console
         self._phase = "starting"
-        self._rows: dict[int, list[RenderableType]] = {}
+        self._rows: dict[tuple[int, int], list[RenderableType]] = {}
         self._progress = Progress(
             TextColumn("rounds"),
             BarColumn(),
@@ -58,45 +58,47 @@ class LiveView:
         self._phase = text
 
     def round_started(self, plan: RoundPlan) -> None:
-        self._rows[plan.number] = [
-            str(plan.number),
-            plan.producer.name,
-            str(plan.fault.kind),
-            plan.fault.describe(),
-            "",
-            "",
-            Text("running", style="yellow"),
-        ]
+        for slot in range(len(plan.prompts)):
+            self._rows[(plan.number, slot)] = [
+                f"{plan.number}.{slot}",
+                plan.producer.name,
+                str(plan.fault.kind),
+                plan.fault.describe(),
+                "",
+                "",
+                Text("running", style="yellow"),
+            ]
 
-    def round_finished(self, result: RoundResult) -> None:
-        self._rows[result.number] = _row(result)
+    def round_finished(self, results: list[RoundResult]) -> None:
+        for result in results:
+            self._rows[(result.number, result.conversation)] = _row(result)
+            if self._live is None:
+                line = Text.assemble(
+                    f"turn {result.label:>6}  {result.producer}  {result.fault:<14}  "
+                    f"{result.point:<20}  {result.path_text:<24}  "
+                    f"{_seconds(result.recovery_latency):>8}  {result.final_status or '-':<9}  ",
+                    _verdict(result),
+                )
+                self.console.print(line, soft_wrap=True)
         self._progress.advance(self._task)
-        if self._live is None:
-            line = Text.assemble(
-                f"round {result.number:>3}  {result.producer}  {result.fault:<4}  "
-                f"{result.point:<18}  {result.path_text:<22}  "
-                f"{_seconds(result.recovery_latency):>8}  ",
-                _verdict(result),
-            )
-            self.console.print(line, soft_wrap=True)
 
     def _render(self) -> RenderableType:
         table = _rounds_table()
-        for number in sorted(self._rows)[-_VISIBLE_ROUNDS:]:
-            table.add_row(*self._rows[number])
+        for key in sorted(self._rows)[-_VISIBLE_ROUNDS:]:
+            table.add_row(*self._rows[key])
         return Group(table, Text(self._phase, style="cyan"), self._progress)
 
 
 def _rounds_table() -> Table:
     table = Table(title="tether crash-test", title_justify="left", expand=False)
-    for header in ("#", "replica", "fault", "point", "recovery path", "recovered in", "result"):
-        table.add_column(header, justify="right" if header in ("#", "recovered in") else "left")
+    for header in ("turn", "replica", "fault", "point", "recovery path", "recovered in", "result"):
+        table.add_column(header, justify="right" if header in ("turn", "recovered in") else "left")
     return table
 
 
 def _row(result: RoundResult) -> list[RenderableType]:
     return [
-        str(result.number),
+        result.label,
         result.producer,
         result.fault,
         result.point,
@@ -135,24 +137,35 @@ def render_summary(report: CrashTestReport) -> RenderableType:
     table.add_column(style="bold")
     table.add_column()
     rounds = f"{report.passed} of {report.planned_rounds}"
-    if len(report.results) < report.planned_rounds:
-        rounds += f" ({len(report.results)} run)"
+    if report.rounds_run < report.planned_rounds:
+        rounds += f" ({report.rounds_run} run)"
     table.add_row("rounds passed", Text(rounds, style="green" if ok else "red"))
+    turns = (
+        f"{report.turns_passed} of {len(report.results)} "
+        f"({report.conversations} conversations a round)"
+    )
+    table.add_row("turns passed", Text(turns, style="green" if ok else "red"))
     table.add_row(
         "invariant violations",
         Text(str(report.violations), style="green" if not report.violations else "bold red"),
     )
     if report.errors:
-        table.add_row("rounds that broke off", Text(str(report.errors), style="magenta"))
+        table.add_row("turns that broke off", Text(str(report.errors), style="magenta"))
     table.add_row("time to first message", _spread(summary["time_to_first_message_s"]))
     table.add_row("inter-message gap", _spread(summary["inter_message_gap_s"]))
     table.add_row("recovery latency", _spread(summary["recovery_latency_s"]))
     table.add_row("takeover latency", _spread(summary["takeover_latency_s"]))
     for fault, of_fault in summary["by_fault"].items():
+        verdicts = ", ".join(f"{name} x{count}" for name, count in of_fault["verdicts"].items())
+        fenced = ""
+        if of_fault["fence_checked"] or of_fault["fence_unchecked"]:
+            fenced = f"; fence checked in {of_fault['fence_checked']} turns"
+            if of_fault["fence_unchecked"]:
+                fenced += f", not in {of_fault['fence_unchecked']} (continued before takeover)"
         table.add_row(
-            f"  {fault} ({of_fault['rounds']} rounds)",
+            f"  {fault} ({of_fault['rounds']} rounds, {of_fault['turns']} turns)",
             f"recovery {_spread(of_fault['recovery_latency_s'])}; "
-            f"takeover {_spread(of_fault['takeover_latency_s'])}",
+            f"takeover {_spread(of_fault['takeover_latency_s'])}; ended {verdicts}{fenced}",
         )
     paths = ", ".join(f"{path} x{count}" for path, count in summary["paths"].items())
     table.add_row("recovery paths", paths or "-")
@@ -162,7 +175,7 @@ def render_summary(report: CrashTestReport) -> RenderableType:
     )
     parts: list[RenderableType] = [table]
     findings = [
-        f"round {result.number}: {item}"
+        f"turn {result.label}: {item}"
         for result in report.results
         for item in (
             [f"[{v.invariant}] {v.detail}" for v in result.violations]

@@ -1,4 +1,9 @@
-"""What a crash test found: one result per round, the run's summary, its JSON form."""
+"""What a crash test found: one result per turn, the run's summary, its JSON form.
+
+A round runs several conversations at once on the replica it fails; each of
+their turns is checked on its own and has its own result (``RoundResult``,
+numbered by round and conversation). A round passes when all of its turns do.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,16 @@ from tether.crashtest.invariants import Violation
 
 @dataclass
 class RoundResult:
+    """One turn of one round: the conversation ``conversation`` of round ``number``."""
+
     number: int
     producer: str
     fault: str
     point: str
     prompt: str
+    conversation: int = 0
+    variant: str | None = None
+    """For pause-in-write, the write paused in (checkpoint, transcript, recording)."""
     session_id: str = ""
     message_id: str | None = None
     path: list[str] = field(default_factory=list)
@@ -38,10 +48,25 @@ class RoundResult:
     """Each SSE connection of the round: where, what it got, how it ended."""
     fence: dict[str, Any] | None = None
     """For a stop round: the epochs and what the continued producer's readers heard."""
+    final_status: str | None = None
+    """The turn's verdict after the round (done, cancelled, ...)."""
+    fence_checked: bool | None = None
+    """In a stop or pause-in-write round: whether the fence could be checked
+    (False: the producer was continued before the turn was taken over)."""
 
     @property
     def passed(self) -> bool:
         return not self.violations and self.error is None
+
+    @property
+    def label(self) -> str:
+        """``round.conversation``, as the report names the turn."""
+        return f"{self.number}.{self.conversation}"
+
+    @property
+    def fault_label(self) -> str:
+        """The fault, with the write paused in for pause-in-write."""
+        return f"{self.fault}/{self.variant}" if self.variant else self.fault
 
     @property
     def path_text(self) -> str:
@@ -50,9 +75,11 @@ class RoundResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "round": self.number,
+            "conversation": self.conversation,
             "passed": self.passed,
             "producer": self.producer,
             "fault": self.fault,
+            "variant": self.variant,
             "point": self.point,
             "prompt": self.prompt,
             "session_id": self.session_id,
@@ -68,6 +95,8 @@ class RoundResult:
             "duration_s": _rounded(self.duration),
             "tool_runs": self.tool_runs,
             "expected_tool_runs": self.expected_tool_runs,
+            "final_status": self.final_status,
+            "fence_checked": self.fence_checked,
             "readers": self.readers,
             "fence": self.fence,
         }
@@ -98,6 +127,8 @@ def _spread(values: Sequence[float], *, with_max: bool = False) -> dict[str, flo
 class CrashTestReport:
     settings: dict[str, Any]
     planned_rounds: int
+    conversations: int = 1
+    """Turns each round runs at once on the replica it fails."""
     results: list[RoundResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     interrupted: bool = False
@@ -106,7 +137,17 @@ class CrashTestReport:
     workdir: str | None = None
 
     @property
+    def rounds_run(self) -> int:
+        return len({result.number for result in self.results})
+
+    @property
     def passed(self) -> int:
+        """Rounds every turn of which passed."""
+        failed = {result.number for result in self.results if not result.passed}
+        return self.rounds_run - len(failed)
+
+    @property
+    def turns_passed(self) -> int:
         return sum(1 for result in self.results if result.passed)
 
     @property
@@ -115,25 +156,32 @@ class CrashTestReport:
 
     @property
     def errors(self) -> int:
+        """Turns that broke off (could not be run as planned)."""
         return sum(1 for result in self.results if result.error is not None)
 
     @property
     def ok(self) -> bool:
-        """Every planned round ran and passed."""
+        """Every planned round ran, with every one of its turns, and passed."""
         return (
             not self.interrupted
             and self.error is None
-            and len(self.results) == self.planned_rounds
-            and self.passed == self.planned_rounds
+            and self.rounds_run == self.planned_rounds
+            and len(self.results) == self.planned_rounds * self.conversations
+            and self.turns_passed == len(self.results)
         )
 
     def summary(self) -> dict[str, Any]:
         results = self.results
         by_fault: dict[str, dict[str, Any]] = {}
-        for fault in sorted({r.fault for r in results}):
-            of_fault = [r for r in results if r.fault == fault]
+        for fault in sorted({r.fault_label for r in results}):
+            of_fault = [r for r in results if r.fault_label == fault]
             by_fault[fault] = {
-                "rounds": len(of_fault),
+                "rounds": len({r.number for r in of_fault}),
+                "turns": len(of_fault),
+                "turns_passed": sum(1 for r in of_fault if r.passed),
+                "verdicts": dict(Counter(r.final_status or "-" for r in of_fault).most_common()),
+                "fence_checked": sum(1 for r in of_fault if r.fence_checked),
+                "fence_unchecked": sum(1 for r in of_fault if r.fence_checked is False),
                 "recovery_latency_s": _spread(
                     _present(r.recovery_latency for r in of_fault), with_max=True
                 ),
@@ -159,9 +207,12 @@ class CrashTestReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "rounds": len(self.results),
+            "rounds": self.rounds_run,
             "planned_rounds": self.planned_rounds,
             "passed": self.passed,
+            "conversations": self.conversations,
+            "turns": len(self.results),
+            "turns_passed": self.turns_passed,
             "violations": self.violations,
             "errors": self.errors,
             "interrupted": self.interrupted,

@@ -1,8 +1,18 @@
-"""One round: start a turn, fail its producer, recover as a client, check the invariants.
+"""One round: start several turns on one replica, fail it, recover each turn as its
+client would, check the invariants per turn.
 
-The round's story is kept as evidence (every reader's events with arrival times,
-the tool log count, snapshots around a fenced producer) and handed to
-``invariants.check_round``; the metrics of the summary come from the same evidence.
+A round runs ``conversations`` turns at once on its producer, so a fault hits
+every turn the replica holds, as a real crash does. Each turn's story is kept
+as evidence (every reader's events with arrival times, its tool executions,
+snapshots around a fenced producer, the stores after the round) and handed to
+``invariants.check_round``; the metrics of the summary come from the same
+evidence.
+
+The faults (see ``faults``): kill, term and stop signal the producer at a point
+of the first conversation's turn; pause-in-write arms the producer at its start
+to stop itself inside a chosen store write; rolling-deploy drains the producer,
+then the replica the turns were resumed on; cancel-at-end cancels each turn
+from another replica as its answer ends.
 """
 
 from __future__ import annotations
@@ -13,20 +23,24 @@ import itertools
 import signal
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import httpx2
 
 from tether.crashtest.client import ClientView, TetherAPI, TurnReader
 from tether.crashtest.cluster import Cluster, Replica
 from tether.crashtest.faults import FaultKind, FaultPlan, FaultPoint, inject
-from tether.crashtest.fence import snapshot, stored_turn
+from tether.crashtest.fence import StoreReader, snapshot
 from tether.crashtest.invariants import (
+    CancelEvidence,
     FenceEvidence,
     Observed,
     ReaderTrace,
     SeenEvent,
+    Snapshot,
+    StoredTurn,
     Violation,
     check_round,
 )
@@ -34,6 +48,7 @@ from tether.crashtest.recovery import recover
 from tether.crashtest.reference import Reference, has_completed_tool
 from tether.crashtest.results import RoundResult
 from tether.settings import TetherSettings
+from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
 
 Phase = Callable[[str], None]
 # How long a SIGTERMed replica may take to drain and exit before it is killed.
@@ -43,7 +58,8 @@ _TERM_EXIT_WITHIN = 30.0
 @dataclass(frozen=True)
 class RoundPlan:
     number: int
-    prompt: str
+    prompts: tuple[str, ...]
+    """One per conversation of the round; the first one's turn places the fault."""
     producer: Replica
     fault: FaultPlan
 
@@ -53,9 +69,11 @@ class RoundContext:
     api: TetherAPI
     cluster: Cluster
     settings: TetherSettings
-    store_url: str
+    stores: StoreReader | None
+    """The store set, to read the recording and checkpoint after each round
+    (None: not readable from here; those checks are skipped)."""
     phase: Phase
-    stream_store_url: str | None = None
+    conversation_store: bool = True
 
 
 @dataclass
@@ -65,8 +83,44 @@ class _Evidence:
     fault_at: float | None = None
     longest_at_fault: int = 0
     recovered_at: float | None = None
-    continue_task: asyncio.Task[None] | None = None
+    takeover: TurnReader | None = None
     continued_while_owner_streamed: bool | None = None
+    left: Snapshot | None = None
+    after: Snapshot | None = None
+    old_readers_ended: bool = True
+    cancel: CancelEvidence | None = None
+    fence_void: str | None = None
+    """Why the fence cannot be checked: the producer was continued before the
+    turn was taken over (the survivors could not take it: see the notes)."""
+
+
+@dataclass
+class _Turn:
+    """One conversation of the round."""
+
+    slot: int
+    prompt: str
+    reference: Reference
+    result: RoundResult
+    evidence: _Evidence = field(default_factory=_Evidence)
+    first: TurnReader | None = None
+    epoch_before: int | None = None
+    started: bool = False
+    checked: bool = False
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Taken over by another replica, or recovered, or finished: nothing of
+    this turn waits for the failed producer any more."""
+    recovered: asyncio.Event = field(default_factory=asyncio.Event)
+    """The client's recovery is over (the turn finished, or it gave up)."""
+
+
+@dataclass
+class _RoundState:
+    continue_task: asyncio.Task[None] | None = None
+    deploy_task: asyncio.Task[None] | None = None
+    pause_fired: bool = False
+    second: Replica | None = None
+    """The replica a rolling deploy drained second."""
 
 
 def round_bound(reference: Reference, settings: TetherSettings) -> float:
@@ -75,128 +129,235 @@ def round_bound(reference: Reference, settings: TetherSettings) -> float:
     return 3 * reference.shape.duration + 4 * settings.dead_after + 60.0
 
 
-async def play_round(ctx: RoundContext, plan: RoundPlan, reference: Reference) -> RoundResult:
-    result = RoundResult(
-        number=plan.number,
-        producer=plan.producer.name,
-        fault=str(plan.fault.kind),
-        point=plan.fault.describe(),
-        prompt=plan.prompt,
-        session_id=f"crash-{plan.number}-{uuid.uuid4().hex[:10]}",
-        expected_tool_runs=reference.expected.tool_runs,
-    )
-    evidence = _Evidence()
+async def play_round(
+    ctx: RoundContext, plan: RoundPlan, references: dict[str, Reference]
+) -> list[RoundResult]:
+    """Play the round; one result per conversation."""
+    turns = [
+        _Turn(
+            slot,
+            prompt,
+            references[prompt],
+            RoundResult(
+                number=plan.number,
+                conversation=slot,
+                producer=plan.producer.name,
+                fault=str(plan.fault.kind),
+                variant=plan.fault.variant,
+                point=plan.fault.describe(),
+                prompt=prompt,
+                session_id=f"crash-{plan.number}-{slot}-{uuid.uuid4().hex[:10]}",
+                expected_tool_runs=references[prompt].expected.tool_runs,
+            ),
+        )
+        for slot, prompt in enumerate(plan.prompts)
+    ]
+    state = _RoundState()
     started = time.monotonic()
-    bound = round_bound(reference, ctx.settings)
+    bound = max(round_bound(turn.reference, ctx.settings) for turn in turns)
+    if plan.fault.kind is FaultKind.ROLLING_DEPLOY:
+        bound += _TERM_EXIT_WITHIN
     try:
         async with asyncio.timeout(bound):
-            await _play(ctx, plan, reference, result, evidence, deadline=started + bound)
+            await _play(ctx, plan, turns, state, deadline=started + bound)
     except TimeoutError:
-        result.violations.append(
-            Violation("terminal", f"the round did not finish within its bound of {bound:.0f} s")
-        )
+        for turn in turns:
+            if not turn.checked and turn.result.error is None:
+                turn.result.violations.append(
+                    Violation(
+                        "terminal", f"the round did not finish within its bound of {bound:.0f} s"
+                    )
+                )
     except asyncio.CancelledError:
         # Interrupted: hang up and leave; the cluster is stopped on the way out.
-        for reader in evidence.readers:
-            await reader.aclose()
+        for turn in turns:
+            for reader in turn.evidence.readers:
+                await reader.aclose()
         raise
     except (httpx2.HTTPError, OSError, ValueError, KeyError) as error:
-        result.error = f"the round broke off: {type(error).__name__}: {error}"
-    await _tidy_up(ctx, plan, result, evidence)
-    result.duration = time.monotonic() - started
-    return result
+        for turn in turns:
+            if not turn.checked:
+                turn.result.error = f"the round broke off: {type(error).__name__}: {error}"
+    await _tidy_up(ctx, plan, turns, state)
+    duration = time.monotonic() - started
+    for turn in turns:
+        turn.result.duration = duration
+    return [turn.result for turn in turns]
 
 
 async def _play(
     ctx: RoundContext,
     plan: RoundPlan,
-    reference: Reference,
-    result: RoundResult,
-    evidence: _Evidence,
+    turns: list[_Turn],
+    state: _RoundState,
     *,
     deadline: float,
 ) -> None:
-    api, cluster, producer = ctx.api, ctx.cluster, plan.producer
-    runs_before = cluster.tool_runs()
-    ctx.phase(f"round {plan.number}: a turn on {producer.name}")
-    first = api.start_turn(producer.url, producer.name, plan.prompt, result.session_id)
-    evidence.readers.append(first)
+    api, cluster, producer, kind = ctx.api, ctx.cluster, plan.producer, plan.fault.kind
+    if plan.fault.pause is not None:
+        ctx.phase(
+            f"round {plan.number}: arming {producer.name} to pause in {plan.fault.describe()}"
+        )
+        await producer.restart(fault_env={PAUSE_IN_VARIABLE: plan.fault.pause.value})
+    runs_before = cluster.tool_runs_by_expression()
+    ctx.phase(f"round {plan.number}: {len(turns)} turns on {producer.name}")
+    for turn in turns:
+        turn.first = api.start_turn(
+            producer.url, producer.name, turn.prompt, turn.result.session_id
+        )
+        turn.evidence.readers.append(turn.first)
+    await asyncio.gather(*(_started(turn, producer) for turn in turns))
+    active = [turn for turn in turns if turn.started]
+    if not active:
+        return
+    turn_within = 2 * max(t.reference.shape.duration for t in active) + 15.0
+    epochs = await asyncio.gather(
+        *(_epoch(api, cluster, producer, t.result.session_id) for t in active)
+    )
+    for turn, epoch in zip(active, epochs, strict=True):
+        turn.epoch_before = epoch
+
+    if kind is FaultKind.CANCEL_AT_END:
+        canceller = _any_running(cluster, prefer_not=producer)
+        assert canceller is not None, "a cluster has at least two replicas"
+        ctx.phase(f"round {plan.number}: cancelling from {canceller.name} as the answers end")
+        await asyncio.gather(
+            *(_cancel_at_end(api, canceller, plan.fault, t, within=turn_within) for t in active)
+        )
+    else:
+        if not await _fail(ctx, plan, active, state, within=turn_within):
+            return
+        ctx.phase(f"round {plan.number}: recovering from {plan.fault.describe()} ({kind})")
+        if kind is FaultKind.STOP or (kind is FaultKind.PAUSE_IN_WRITE and state.pause_fired):
+            state.continue_task = asyncio.create_task(
+                _continue_producer(ctx, plan, active, within=turn_within)
+            )
+        elif kind is FaultKind.ROLLING_DEPLOY:
+            state.deploy_task = asyncio.create_task(
+                _deploy_on(ctx, plan, active, state, within=turn_within)
+            )
+        await asyncio.gather(
+            *(_recover_turn(ctx, plan, t, turn_within, deadline=deadline) for t in active)
+        )
+        if kind.fences:
+            ctx.phase(f"round {plan.number}: continuing {producer.name}, checking the fence")
+            await _fence_evidence(ctx, plan, active, state)
+        elif kind is FaultKind.TERM:
+            ctx.phase(f"round {plan.number}: waiting for {producer.name} to drain and exit")
+            if await producer.wait_exit(_TERM_EXIT_WITHIN) is None:
+                for turn in active:
+                    turn.result.notes.append(
+                        f"{producer.name} did not exit within {_TERM_EXIT_WITHIN:.0f} s of SIGTERM"
+                    )
+        elif kind is FaultKind.ROLLING_DEPLOY and state.deploy_task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(state.deploy_task), _TERM_EXIT_WITHIN)
+
+    ctx.phase(f"round {plan.number}: checking {len(active)} turns")
+    runs = cluster.tool_runs_by_expression() - runs_before
+    for turn in active:
+        await _check(ctx, plan, turn, active, runs)
+
+
+async def _started(turn: _Turn, producer: Replica) -> None:
+    first, result = turn.first, turn.result
+    assert first is not None
     if not await first.responded(10.0) or first.status_code != 201 or not first.message_id:
         result.error = f"the turn did not start on {producer.name}: {first.describe_end()}"
         return
-    message_id = result.message_id = first.message_id
-    turn_within = 2 * reference.shape.duration + 15.0
+    result.message_id = first.message_id
     if not await first.wait_for(lambda r: bool(r.messages), 15.0):
         result.error = f"no first message from {producer.name}: {first.describe_end()}"
         return
     result.time_to_first_message = first.messages[0].at - first.opened_at
-    epoch_before = await _epoch(api, cluster, producer, result.session_id)
+    turn.started = True
 
-    if not await _reach(first, plan.fault, within=turn_within):
-        result.error = f"the turn ended before the fault point ({plan.fault.describe()})"
-        return
-    evidence.fault_at = time.monotonic()
-    evidence.longest_at_fault = max(_length(e.message) for e in first.messages)
-    ctx.phase(f"round {plan.number}: {plan.fault.kind} {producer.name} at {plan.fault.describe()}")
-    await inject(producer, plan.fault.kind)
-    await _noticed(first, evidence.fault_at, _stall(reference), within=turn_within)
-    evidence.view.take(first)
 
-    if first.finished_turn:
-        # The producer finished the turn on its own (a drain that let it complete).
-        result.path = ["finished"]
-        evidence.recovered_at = first.ended_at
-    else:
-        ctx.phase(f"round {plan.number}: recovering from {plan.fault.kind}")
+async def _fail(
+    ctx: RoundContext, plan: RoundPlan, active: list[_Turn], state: _RoundState, *, within: float
+) -> bool:
+    """Fail the producer; False when the round has nothing to recover."""
+    producer, kind = plan.producer, plan.fault.kind
+    if kind is FaultKind.PAUSE_IN_WRITE:
+        ctx.phase(
+            f"round {plan.number}: waiting for {producer.name} to pause in {plan.fault.describe()}"
+        )
+        state.pause_fired = await producer.wait_stopped(
+            within, unless=lambda: all(t.first is not None and t.first.done for t in active)
+        )
+        if not state.pause_fired:
+            for turn in active:
+                turn.result.notes.append(
+                    f"the pause never came: {producer.name} made fewer {plan.fault.variant} "
+                    "writes than planned while its turns ran"
+                )
+        _mark_fault(active)
+        return True
+    lead = active[0]
+    assert lead.first is not None
+    if not await _reach(lead.first, plan.fault, within=within):
+        for turn in active:
+            turn.result.error = f"the turn ended before the fault point ({plan.fault.describe()})"
+        return False
+    _mark_fault(active)
+    ctx.phase(f"round {plan.number}: {kind} {producer.name} at {plan.fault.describe()}")
+    await inject(producer, kind)
+    return True
+
+
+def _mark_fault(active: list[_Turn]) -> None:
+    now = time.monotonic()
+    for turn in active:
+        assert turn.first is not None
+        turn.evidence.fault_at = now
+        turn.evidence.longest_at_fault = max(
+            (_length(e.message) for e in turn.first.messages), default=0
+        )
+
+
+async def _recover_turn(
+    ctx: RoundContext, plan: RoundPlan, turn: _Turn, turn_within: float, *, deadline: float
+) -> None:
+    """Recover one turn as its client would, after the fault hit its producer."""
+    evidence, first, result = turn.evidence, turn.first, turn.result
+    assert first is not None and evidence.fault_at is not None and result.message_id is not None
+    try:
+        await _noticed(first, evidence.fault_at, _stall(turn.reference), within=turn_within)
+        evidence.view.take(first)
+        if first.finished_turn:
+            # The producer finished the turn on its own (before the fault, or a
+            # drain that let it complete).
+            result.path = ["finished"]
+            evidence.recovered_at = first.ended_at
+            return
+
+        def took_over(reader: TurnReader) -> None:
+            if evidence.takeover is None:
+                evidence.takeover = reader
+                turn.settled.set()
+
         recovery = await recover(
-            api,
-            cluster,
-            producer,
+            ctx.api,
+            ctx.cluster,
+            plan.producer,
             session_id=result.session_id,
-            message_id=message_id,
+            message_id=result.message_id,
             view=evidence.view,
             deadline=deadline - 10.0,
-            on_takeover=_continue_later(evidence, producer, within=turn_within)
-            if plan.fault.kind is FaultKind.STOP
-            else None,
+            on_takeover=took_over,
         )
         evidence.readers += recovery.readers
         result.path = recovery.path
         evidence.recovered_at = recovery.finished_at
         if recovery.problem is not None:
             result.violations.append(Violation("terminal", recovery.problem))
-
-    fence = None
+    finally:
+        turn.settled.set()
+        turn.recovered.set()
     if plan.fault.kind is FaultKind.STOP:
-        ctx.phase(f"round {plan.number}: continuing {producer.name}, checking the fence")
-        fence = await _fence_evidence(ctx, plan, result, evidence, epoch_before)
-    elif plan.fault.kind is FaultKind.TERM:
-        ctx.phase(f"round {plan.number}: waiting for {producer.name} to drain and exit")
-        if await producer.wait_exit(_TERM_EXIT_WITHIN) is None:
-            result.notes.append(
-                f"{producer.name} did not exit within {_TERM_EXIT_WITHIN:.0f} s of SIGTERM"
-            )
-
-    survivor = _any_running(cluster, prefer_not=producer)
-    final_status = transcript = None
-    if survivor is not None:
-        with contextlib.suppress(httpx2.HTTPError):
-            final_status = await api.status(survivor.url, result.session_id)
-            transcript = await api.transcript(survivor.url, result.session_id)
-    result.tool_runs = cluster.tool_runs() - runs_before
-    observed = Observed(
-        transcript=transcript,
-        final_status=final_status,
-        tool_runs=result.tool_runs,
-        readers=[_trace(reader, evidence.view) for reader in evidence.readers],
-        final_streamed=_final_streamed(evidence),
-        fence=fence,
-    )
-    result.violations += check_round(
-        reference.expected, observed, producer_break=ctx.settings.max_turn_events // 2
-    )
-    _measure(result, evidence)
-    result.readers = [_describe(reader) for reader in evidence.readers]
+        owner = _any_running(ctx.cluster, prefer_not=plan.producer)
+        if owner is not None:
+            evidence.left = await snapshot(ctx.api, owner.url, result.session_id)
 
 
 async def _reach(reader: TurnReader, fault: FaultPlan, *, within: float) -> bool:
@@ -237,77 +398,292 @@ def _stall(reference: Reference) -> float:
     return max(1.0, 10 * typical)
 
 
-def _continue_later(
-    evidence: _Evidence, producer: Replica, *, within: float
-) -> Callable[[TurnReader], None]:
-    """Continue the stopped producer once the new owner streams new content, so it
-    wakes (timers due: heartbeat, flush, checkpoint) while another replica owns the
-    turn: the hardest moment for fencing."""
+async def _all_settled(active: list[_Turn], within: float) -> bool:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(within):
+            await asyncio.gather(*(turn.settled.wait() for turn in active))
+    return all(turn.settled.is_set() for turn in active)
 
-    def schedule(reader: TurnReader) -> None:
-        async def wake() -> None:
-            longest = evidence.longest_at_fault
-            await reader.wait_for(
-                lambda r: any(_length(e.message) > longest for e in r.messages), within
+
+async def _streams_past_fault(turn: _Turn, within: float) -> bool:
+    """Wait until the turn's new owner streams more than the failed one had;
+    whether its stream was still open then."""
+    reader = turn.evidence.takeover
+    if reader is None:
+        return False
+    longest = turn.evidence.longest_at_fault
+    await reader.wait_for(lambda r: any(_length(e.message) > longest for e in r.messages), within)
+    return not reader.done
+
+
+async def _continue_producer(
+    ctx: RoundContext, plan: RoundPlan, active: list[_Turn], *, within: float
+) -> None:
+    """Continue the paused producer once the other replicas own its turns.
+
+    After a stop: once every turn it held was taken over (or finished) and the
+    new owners stream new content, so it wakes (timers due: heartbeat, flush,
+    checkpoint) while other replicas own its turns: the hardest moment for
+    fencing. After a pause in a write: once every turn finished elsewhere, so
+    the paused write lands after everything (what the new owners left is
+    taken just before).
+
+    A pause is a fault that ends: when the turns are not all taken over within
+    the dead threshold and some slack (a store the paused process holds locked
+    refuses everyone else), the producer is continued anyway, and those turns'
+    fence is not checked (they were never fenced).
+    """
+    producer, settings = plan.producer, ctx.settings
+    settle_within = settings.dead_after + max(_stall(t.reference) for t in active) + 12.0
+    settled = await _all_settled(active, settle_within)
+    if plan.fault.kind is FaultKind.STOP:
+        if settled:
+            streaming = await asyncio.gather(*(_streams_past_fault(t, within) for t in active))
+            for turn, still in zip(active, streaming, strict=True):
+                if turn.evidence.takeover is not None:
+                    turn.evidence.continued_while_owner_streamed = still
+        ready = [turn.settled.is_set() for turn in active]
+    else:
+        if settled:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(within):
+                    await asyncio.gather(*(turn.recovered.wait() for turn in active))
+        owner = _any_running(ctx.cluster, prefer_not=producer)
+        if owner is not None:
+            lefts = await asyncio.gather(
+                *(snapshot(ctx.api, owner.url, t.result.session_id) for t in active)
             )
-            evidence.continued_while_owner_streamed = not reader.done
-            producer.send(signal.SIGCONT)
+            for turn, left in zip(active, lefts, strict=True):
+                turn.evidence.left = left
+        ready = [turn.recovered.is_set() for turn in active]
+    if not settled:
+        refused = sorted(
+            {
+                f"{r.replica} answered {r.status_code}"
+                for t in active
+                for r in t.evidence.readers
+                if r.status_code is not None and r.status_code >= 500
+            }
+        )
+        why = f" ({', '.join(refused)}: a store the paused process holds?)" if refused else ""
+        for turn in active:
+            turn.result.notes.append(
+                f"not every turn was taken over within {settle_within:.0f} s of the pause"
+                f"{why}; {producer.name} was continued anyway"
+            )
+    for turn, is_ready in zip(active, ready, strict=True):
+        if not is_ready:
+            turn.evidence.fence_void = f"{producer.name} was continued before this turn was " + (
+                "taken over" if plan.fault.kind is FaultKind.STOP else "finished elsewhere"
+            )
+    producer.send(signal.SIGCONT)
 
-        if evidence.continue_task is None:
-            evidence.continue_task = asyncio.create_task(wake())
 
-    return schedule
+async def _deploy_on(
+    ctx: RoundContext, plan: RoundPlan, active: list[_Turn], state: _RoundState, *, within: float
+) -> None:
+    """The rest of a rolling deploy: the drained producer exits and comes back
+    (as a new replica would), then the replica the turns were resumed on is
+    drained too, once it has streamed a little of them."""
+    first = plan.producer
+    if await first.wait_exit(_TERM_EXIT_WITHIN) is None:
+        first.stop()
+    ctx.phase(f"round {plan.number}: restarting {first.name} (rolling deploy)")
+    await first.start()
+    await _all_settled(active, within)
+    lead = next((t for t in active if t.evidence.takeover is not None), None)
+    if lead is None or lead.evidence.takeover is None:
+        for turn in active:
+            turn.result.notes.append("no turn was resumed elsewhere: no second drain")
+        return
+    reader = lead.evidence.takeover
+    second = next((r for r in ctx.cluster.replicas if r.name == reader.replica), None)
+    if second is None or second is first:
+        return
+    count = plan.fault.second_after or 1
+    if not await reader.wait_for(lambda r: len(r.messages) >= count, within) or reader.done:
+        for turn in active:
+            turn.result.notes.append(f"the turn ended on {second.name} before its drain")
+        return
+    ctx.phase(f"round {plan.number}: draining {second.name} too (rolling deploy)")
+    state.second = second
+    for turn in active:
+        turn.result.notes.append(f"drained {second.name} after it resumed the turns")
+    await inject(second, FaultKind.TERM)
+    await second.wait_exit(_TERM_EXIT_WITHIN)
+
+
+async def _cancel_at_end(
+    api: TetherAPI, canceller: Replica, fault: FaultPlan, turn: _Turn, *, within: float
+) -> None:
+    """Cancel the turn from another replica just as its answer ends."""
+    first, evidence, result = turn.first, turn.evidence, turn.result
+    assert first is not None and result.message_id is not None
+    target = max(1, turn.reference.shape.messages - (fault.before_end or 0))
+    await first.wait_for(lambda r: len(r.messages) >= target, within)
+    if fault.cancel_delay:
+        await first.wait_for(lambda _: False, fault.cancel_delay)
+    evidence.fault_at = time.monotonic()
+    evidence.longest_at_fault = max((_length(e.message) for e in first.messages), default=0)
+    status: int | None = None
+    try:
+        status = await api.cancel(canceller.url, result.message_id, result.session_id)
+    except httpx2.HTTPError as error:
+        result.notes.append(f"the cancel got no answer: {type(error).__name__}")
+    if not await first.ended(within):
+        result.violations.append(
+            Violation("terminal", f"the client's stream did not end within {within:.0f} s")
+        )
+    evidence.view.take(first)
+    evidence.recovered_at = first.ended_at
+    result.path = [f"cancel:{status if status is not None else '-'}"]
+    verdict = "done" if first.finished_turn else first.describe_end()
+    evidence.cancel = CancelEvidence(response_status=status, reader_verdict=verdict)
 
 
 async def _fence_evidence(
-    ctx: RoundContext,
-    plan: RoundPlan,
-    result: RoundResult,
-    evidence: _Evidence,
-    epoch_before: int | None,
-) -> FenceEvidence:
+    ctx: RoundContext, plan: RoundPlan, active: list[_Turn], state: _RoundState
+) -> None:
+    """Continue the fenced producer (if not yet), give it time to do its worst,
+    and take what the stores say before and after."""
     api, producer = ctx.api, plan.producer
     owner = _any_running(ctx.cluster, prefer_not=producer)
-    assert owner is not None, "a stop round always leaves another replica running"
-    left = await snapshot(api, owner.url, result.session_id)
-    if evidence.continue_task is not None:
+    assert owner is not None, "a fencing round always leaves another replica running"
+    if plan.fault.kind is FaultKind.PAUSE_IN_WRITE:
+        # Every turn finished elsewhere: what the new owners left, then the
+        # paused write lands late.
+        lefts = await asyncio.gather(
+            *(snapshot(api, owner.url, t.result.session_id) for t in active)
+        )
+        for turn, left in zip(active, lefts, strict=True):
+            turn.evidence.left = left
+    elif state.continue_task is not None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(evidence.continue_task, 10.0)
+            await asyncio.wait_for(asyncio.shield(state.continue_task), 10.0)
     producer.send(signal.SIGCONT)
-    # Its readers must end: it learns at its next heartbeat that it lost the turn.
-    old_readers = [r for r in evidence.readers if r.replica == producer.name]
-    ended = all(await asyncio.gather(*(r.ended(10.0) for r in old_readers)))
+    # Its readers must end: it learns at its next heartbeat that it lost the turns.
+    for turn in active:
+        old = [r for r in turn.evidence.readers if r.replica == producer.name]
+        turn.evidence.old_readers_ended = all(await asyncio.gather(*(r.ended(10.0) for r in old)))
     settings = ctx.settings
     await asyncio.sleep(
         2 * max(settings.heartbeat_interval, settings.recording_flush_interval) + 0.5
     )
-    after = await snapshot(api, owner.url, result.session_id)
-    result.fence = {
-        "epoch_before_fault": epoch_before,
-        "epoch_of_new_owner": left.status.epoch if left.status else None,
-        "continued_while_new_owner_streamed": bool(evidence.continued_while_owner_streamed),
-        "old_readers_heard": [r.describe_end() for r in old_readers],
-    }
-    fence = FenceEvidence(
-        epoch_before_fault=epoch_before,
-        left_by_new_owner=left,
-        after_continue=after,
-        old_readers_ended=ended,
+    afters = await asyncio.gather(*(snapshot(api, owner.url, t.result.session_id) for t in active))
+    for turn, after in zip(active, afters, strict=True):
+        turn.evidence.after = after
+
+
+async def _check(
+    ctx: RoundContext, plan: RoundPlan, turn: _Turn, active: list[_Turn], runs: Counter[str]
+) -> None:
+    api, cluster, result, evidence = ctx.api, ctx.cluster, turn.result, turn.evidence
+    survivor = _any_running(cluster, prefer_not=plan.producer)
+    final_status = transcript = None
+    last_turn_status = None
+    if survivor is not None:
+        with contextlib.suppress(httpx2.HTTPError):
+            final_status = await api.status(survivor.url, result.session_id)
+            conversation = await api.conversation(survivor.url, result.session_id)
+            if conversation is not None:
+                summary, transcript = conversation
+                last_turn_status = summary.get("last_turn_status")
+    result.final_status = final_status.status if final_status is not None else None
+    stored: StoredTurn | None = None
+    store_error: str | None = None
+    if ctx.stores is not None:
+        try:
+            stored = await ctx.stores.read(result.session_id)
+        except Exception as error:
+            store_error = (
+                f"the store set could not be read from here ({type(error).__name__}: {error})"
+            )
+            result.notes.append(store_error)
+    else:
+        store_error = "the store set is not readable from here"
+    result.tool_runs = _tool_runs(turn, active, runs, result)
+    fence = None
+    if plan.fault.kind.fences:
+        if evidence.fence_void is None:
+            fence = _fence(turn, stored, store_error)
+            result.fence_checked = True
+        else:
+            result.fence_checked = False
+            result.notes.append(f"fence not checked: {evidence.fence_void}")
+    observed = Observed(
+        transcript=transcript,
+        final_status=final_status,
+        tool_runs=result.tool_runs,
+        readers=[_trace(reader, evidence.view) for reader in evidence.readers],
+        final_streamed=_final_streamed(evidence),
+        fence=fence,
+        message_id=result.message_id,
+        stored=stored,
+        last_turn_status=last_turn_status,
+        cancel=evidence.cancel,
+        conversation_store=ctx.conversation_store,
+        tool_outcome_unknown=(
+            plan.fault.kind is FaultKind.PAUSE_IN_WRITE and plan.fault.variant == "checkpoint"
+        ),
     )
-    try:
-        message, recorded_epoch, checkpoint_epoch = await stored_turn(
-            ctx.store_url, result.session_id, stream_store_url=ctx.stream_store_url
+    if observed.tool_outcome_unknown and result.tool_runs > turn.reference.expected.tool_runs:
+        result.notes.append(
+            "the calculator ran once more: the pause fell inside the checkpoint holding "
+            "its result, so the resume could not know it had completed"
         )
-    except Exception as error:
-        note = f"the store set could not be read from here ({type(error).__name__}: {error})"
-        result.notes.append(note)
-        return replace(fence, store_error=note)
-    return replace(
-        fence,
-        recorded_final=message,
-        recorded_epoch=recorded_epoch,
-        checkpoint_epoch=checkpoint_epoch,
+    result.violations += check_round(
+        turn.reference.expected, observed, producer_break=ctx.settings.max_turn_events // 2
     )
+    if fence is not None:
+        left = fence.left_by_new_owner
+        result.fence = {
+            "epoch_before_fault": turn.epoch_before,
+            "epoch_of_new_owner": left.status.epoch if left.status else None,
+            "continued_while_new_owner_streamed": bool(evidence.continued_while_owner_streamed),
+            "old_readers_heard": [
+                r.describe_end() for r in evidence.readers if r.replica == plan.producer.name
+            ],
+        }
+    _measure(result, evidence)
+    result.readers = [_describe(reader) for reader in evidence.readers]
+    turn.checked = True
+
+
+def _fence(turn: _Turn, stored: StoredTurn | None, store_error: str | None) -> FenceEvidence:
+    evidence = turn.evidence
+    empty = Snapshot(None, None)
+    return FenceEvidence(
+        epoch_before_fault=turn.epoch_before,
+        left_by_new_owner=evidence.left or empty,
+        after_continue=evidence.after or empty,
+        old_readers_ended=evidence.old_readers_ended,
+        recorded_final=stored.recorded_final if stored is not None else None,
+        recorded_epoch=stored.recorded_epoch if stored is not None else None,
+        checkpoint_epoch=stored.checkpoint_epoch if stored is not None else None,
+        store_error=store_error,
+    )
+
+
+def _tool_runs(turn: _Turn, active: list[_Turn], runs: Counter[str], result: RoundResult) -> int:
+    """The calculator's executions for this turn during the round, told apart by
+    the expression each conversation's prompt names."""
+    mine = set(turn.reference.tool_expressions)
+    if not mine:
+        return 0
+    counted = sum(runs[expression] for expression in mine)
+    sharing = [
+        other
+        for other in active
+        if other is not turn and mine & set(other.reference.tool_expressions)
+    ]
+    if sharing:
+        # Not told apart: the others are assumed to have run as expected, so a
+        # surplus shows on every turn that shares the expression.
+        counted -= sum(other.reference.expected.tool_runs for other in sharing)
+        result.notes.append(
+            f"tool runs counted together with conversations {[o.slot for o in sharing]}"
+        )
+    return counted
 
 
 async def _epoch(api: TetherAPI, cluster: Cluster, producer: Replica, session: str) -> int | None:
@@ -339,7 +715,7 @@ def _trace(reader: TurnReader, view: ClientView) -> ReaderTrace:
     return ReaderTrace(
         label=reader.label,
         events=tuple(
-            SeenEvent(event.index, event.message or {})
+            SeenEvent(event.index, event.message or {}, event.event_id)
             for event in reader.events
             if event.kind == "new_message"
         ),
@@ -384,7 +760,7 @@ def _measure(result: RoundResult, evidence: _Evidence) -> None:
     if result.recovery_latency is None and evidence.recovered_at is not None:
         # Nothing new was streamed (the turn was done by the time the client asked):
         # recovered is when the client could show the whole answer.
-        result.recovery_latency = evidence.recovered_at - fault_at
+        result.recovery_latency = max(0.0, evidence.recovered_at - fault_at)
     # A draining producer may stream on for its grace period; the takeover is
     # when another replica first shows more than the failed one had.
     first_reader, first_count = consumed[0]
@@ -406,21 +782,30 @@ def _first_new(
 
 
 async def _tidy_up(
-    ctx: RoundContext, plan: RoundPlan, result: RoundResult, evidence: _Evidence
+    ctx: RoundContext, plan: RoundPlan, turns: list[_Turn], state: _RoundState
 ) -> None:
-    """Leave the cluster whole for the next round, whatever happened in this one."""
+    """Leave the cluster whole (and unarmed) for the next round, whatever happened
+    in this one."""
+    for task in (state.continue_task, state.deploy_task):
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+    for turn in turns:
+        for reader in turn.evidence.readers:
+            await reader.aclose()
+    for replica in ctx.cluster.replicas:
+        if replica.paused or replica.stopped_by_signal():
+            replica.send(signal.SIGCONT)
     producer = plan.producer
-    if evidence.continue_task is not None and not evidence.continue_task.done():
-        evidence.continue_task.cancel()
-    if producer.paused:
-        producer.send(signal.SIGCONT)
-    for reader in evidence.readers:
-        await reader.aclose()
-    alive = producer.process is not None and producer.process.poll() is None
-    if alive and (plan.fault.kind is not FaultKind.TERM or evidence.fault_at is None):
-        return  # never failed, or only paused and continued: it serves on
-    if alive:
-        # Still draining past every bound: a second SIGTERM skips the drain.
-        producer.stop()
-    ctx.phase(f"round {plan.number}: restarting {producer.name}")
-    await producer.start()
+    if plan.fault.pause is not None and not state.pause_fired and producer.alive:
+        # Still armed: it would pause in a later round, maybe as a survivor.
+        ctx.phase(f"round {plan.number}: restarting {producer.name} unarmed")
+        await producer.restart()
+    for replica in ctx.cluster.replicas:
+        if replica.alive and replica.draining:
+            # Still draining past every bound: a second SIGTERM skips the drain.
+            replica.stop()
+        if not replica.alive:
+            ctx.phase(f"round {plan.number}: restarting {replica.name}")
+            await replica.start()

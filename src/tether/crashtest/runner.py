@@ -7,19 +7,22 @@ the only thing a seed cannot pin down.
 
 from __future__ import annotations
 
+import contextlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster
 from tether.crashtest.faults import FaultChoice, plan_fault
-from tether.crashtest.reference import PROMPTS, crash_free_runs
+from tether.crashtest.fence import StoreReader
+from tether.crashtest.reference import PROMPTS, conversation_prompt, crash_free_runs
 from tether.crashtest.report import LiveView
 from tether.crashtest.results import CrashTestReport
 from tether.crashtest.rounds import RoundContext, RoundPlan, play_round
 from tether.settings import TetherSettings, settings_from_env
+from tether.testing.pause_in_write import WriteKind
 
 # A crash-free turn that takes longer than this is not one to test with.
 _REFERENCE_WITHIN = 300.0
@@ -37,13 +40,39 @@ class CrashTestConfig:
     workdir: Path
     stream_store_url: str | None = None
     """Recording and supervision stores elsewhere (``tether serve --stream-store``)."""
+    conversations: int = 1
+    """Turns each round runs at once on the replica it fails."""
+    without: tuple[str, ...] = field(default=())
+    """Stores the replicas run without (``tether serve --without``)."""
+    pause_in: tuple[WriteKind, ...] = tuple(WriteKind)
+    """The writes a pause-in-write round may pause in."""
+
+    @property
+    def writes(self) -> tuple[WriteKind, ...]:
+        """The writes to pause in that the replicas make (a transcript only with a
+        conversation store)."""
+        return tuple(
+            write
+            for write in self.pause_in
+            if self.conversation_store or write is not WriteKind.TRANSCRIPT
+        )
 
     @property
     def stores_described(self) -> str:
         described = f"store {self.store_url}"
         if self.stream_store_url is not None:
             described += f", stream store {self.stream_store_url}"
+        if self.without:
+            described += f", without {', '.join(self.without)}"
         return described
+
+    @property
+    def conversation_store(self) -> bool:
+        return "conversation" not in self.without
+
+    @property
+    def serve_args(self) -> tuple[str, ...]:
+        return tuple(arg for name in self.without for arg in ("--without", name))
 
     def describe(self, settings: TetherSettings) -> dict[str, Any]:
         return {
@@ -51,7 +80,10 @@ class CrashTestConfig:
             "store": self.store_url,
             "stream_store": self.stream_store_url,
             "replicas": self.replicas,
+            "conversations": self.conversations,
+            "without": list(self.without),
             "fault": str(self.fault),
+            "pause_in": [str(write) for write in self.writes],
             "seed": self.seed,
             "agent": self.agent,
             "dead_after_s": settings.dead_after,
@@ -63,6 +95,7 @@ def new_report(config: CrashTestConfig) -> CrashTestReport:
     return CrashTestReport(
         settings=config.describe(settings_from_env()),
         planned_rounds=config.rounds,
+        conversations=config.conversations,
         workdir=str(config.workdir),
     )
 
@@ -78,35 +111,65 @@ async def run_crash_test(
     settings = settings_from_env()
     rng = random.Random(config.seed)
     pool = PROMPTS[: min(len(PROMPTS), config.rounds)]
-    prompts = [rng.choice(pool) for _ in range(config.rounds)]
+    # Each conversation of a round has a prompt of its own (its own tool expression).
+    prompts = [
+        tuple(conversation_prompt(rng.choice(pool), slot) for slot in range(config.conversations))
+        for _ in range(config.rounds)
+    ]
+    writes = config.writes or tuple(WriteKind)
     cluster = Cluster(
         config.project_dir,
         config.store_url,
         size=config.replicas,
         workdir=config.workdir,
         stream_store_url=config.stream_store_url,
+        serve_args=config.serve_args,
     )
     view.phase(f"starting {config.replicas} replicas on {config.stores_described}")
-    async with cluster, TetherAPI.client() as http:
-        api = TetherAPI(http, config.agent)
-        view.phase(f"crash-free runs of {len(set(prompts))} prompts (the references)")
-        references, warnings = await crash_free_runs(
-            api, cluster, prompts, within=_REFERENCE_WITHIN
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(cluster)
+        http = await stack.enter_async_context(TetherAPI.client())
+        api = TetherAPI(http, config.agent, conversations=config.conversation_store)
+        unique = list(
+            dict.fromkeys(prompt for round_prompts in prompts for prompt in round_prompts)
         )
+        view.phase(f"crash-free runs of {len(unique)} prompts (the references)")
+        references, warnings = await crash_free_runs(api, cluster, unique, within=_REFERENCE_WITHIN)
         report.warnings += warnings
+        stores: StoreReader | None = None
+        try:
+            stores = await stack.enter_async_context(
+                StoreReader(
+                    config.store_url,
+                    stream_store_url=config.stream_store_url,
+                    without=config.without,
+                )
+            )
+        except Exception as error:
+            report.warnings.append(
+                f"the store set cannot be read from here ({type(error).__name__}: {error}); "
+                "the checks of what it holds are skipped"
+            )
         context = RoundContext(
-            api, cluster, settings, config.store_url, view.phase, config.stream_store_url
+            api, cluster, settings, stores, view.phase, conversation_store=config.conversation_store
         )
-        for number, prompt in enumerate(prompts, start=1):
-            reference = references[prompt]
+        for number, round_prompts in enumerate(prompts, start=1):
             plan = RoundPlan(
                 number=number,
-                prompt=prompt,
+                prompts=round_prompts,
                 producer=rng.choice(cluster.replicas),
-                fault=plan_fault(rng, config.fault, reference.shape, settings.checkpoint_interval),
+                fault=plan_fault(
+                    rng,
+                    config.fault,
+                    references[round_prompts[0]].shape,
+                    settings.checkpoint_interval,
+                    conversations=config.conversations,
+                    flush_interval=settings.recording_flush_interval,
+                    writes=writes,
+                ),
             )
             view.round_started(plan)
-            result = await play_round(context, plan, reference)
-            report.results.append(result)
-            view.round_finished(result)
+            results = await play_round(context, plan, references)
+            report.results += results
+            view.round_finished(results)
     return report
