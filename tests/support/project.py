@@ -18,7 +18,8 @@ def make_project(
     seed: int = 11,
 ) -> Path:
     """A project with agents ``writer`` (long-writer shape: a calculator call after
-    ``tool_call_after_chunks``), ``plain`` (the same without the tool) and ``broken``."""
+    ``tool_call_after_chunks``), ``plain`` (the same without the tool), ``outliner``
+    (the README's resumable-dependency example) and ``broken``."""
     shutil.copytree(TEMPLATE, directory, dirs_exist_ok=True)
     llm = {
         "seed": seed,
@@ -41,6 +42,7 @@ def make_project(
             "llm_configuration_name": "offline",
             "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
         },
+        {"agent_identifier": "outliner", "agent_name": "outliner"},
         {
             "agent_identifier": "broken",
             "agent_name": "broken",
