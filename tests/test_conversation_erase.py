@@ -37,14 +37,16 @@ from tether.adapters.conversation import (
     InMemoryChatConversationStore,
     LocalFileChatConversationStore,
 )
-from tether.cli.db import db_app, parse_age, prune
+from tether.cli.db import db_app
 from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.retention import prune
 from tether.handlers.turn import Turn
 from tether.runtime.turn_stores import TurnStores
+from tether.settings import parse_age
 from tether.stores import StoreBundle, from_url
 from tether.testing.contracts import ManualClock
 

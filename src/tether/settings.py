@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import timedelta
+
+_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "": 86400}
+
+
+def parse_age(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``; a bare number is days.
+
+    How operators write a retention age, for ``TETHER_RETENTION`` and for
+    ``tether db prune --older-than`` alike."""
+    match = _AGE.fullmatch(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not an age such as 30d, 12h or 90m")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
 
 
 @dataclass(frozen=True)
@@ -40,16 +56,39 @@ class TetherSettings:
     checkpointed and handed off (their rows read as dead at once)."""
     max_body_bytes: int = 1_000_000
     """Request bodies over this size are refused with 413."""
+    retention: float | None = None
+    """Conversations not updated for this long are erased, with everything they
+    own, by one replica at a time (``TETHER_RETENTION``, an age such as ``30d``;
+    unset: never). See ``tether.handlers.retention``."""
+    retention_interval: float = 3600.0
+    """How often a replica tries to run retention; one run per interval across
+    all replicas (``TETHER_RETENTION_INTERVAL``)."""
+
+    def __post_init__(self) -> None:
+        if self.retention is not None and self.retention <= 0:
+            raise ValueError(f"TETHER_RETENTION must be positive, not {self.retention}")
+        if self.retention_interval <= 0:
+            raise ValueError(
+                f"TETHER_RETENTION_INTERVAL must be positive, not {self.retention_interval}"
+            )
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> TetherSettings:
     """Settings with any ``TETHER_<FIELD>`` environment variable applied
-    (for example ``TETHER_HEARTBEAT_INTERVAL=0.5``)."""
+    (for example ``TETHER_HEARTBEAT_INTERVAL=0.5``). ``TETHER_RETENTION`` is an
+    age read by ``parse_age`` (``30d``); empty, it is unset."""
     environ = os.environ if environ is None else environ
     values: dict[str, float | int] = {}
     for item in fields(TetherSettings):
         raw = environ.get(f"TETHER_{item.name.upper()}")
         if raw is None:
+            continue
+        if item.name == "retention":
+            if raw.strip():
+                try:
+                    values[item.name] = parse_age(raw).total_seconds()
+                except ValueError as error:
+                    raise ValueError(f"TETHER_RETENTION: {error}") from None
             continue
         try:
             values[item.name] = int(raw) if item.type in ("int", int) else float(raw)

@@ -26,6 +26,7 @@ from tether.domain.message_bus import MessageBus
 from tether.domain.store_errors import StoreError, StoreUnavailableError
 from tether.handlers.chat_handler import ChatHandler, utc_now
 from tether.handlers.errors import TurnRequestError
+from tether.handlers.retention import RetentionOff, retention_runner
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
@@ -65,6 +66,10 @@ def setup_app(
     identity headers a trusted gateway sets; ``JWTAuthenticator`` verifies a
     bearer token instead). Every chat and conversation route goes through it;
     the probes and the API docs do not.
+
+    With ``settings.retention`` the app also prunes old conversations while it
+    runs, one replica at a time (``tether.handlers.retention``); it says at
+    start-up why not when its stores cannot.
     """
     settings = settings or TetherSettings()
     bus = message_bus or MessageBus()
@@ -75,13 +80,29 @@ def setup_app(
         conversation=chat_conversation_store,
     )
     handler = ChatHandler(agent_registries_factory, stores, settings, bus, clock)
+    retention = retention_runner(stores, settings, clock=clock)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = await _open_stores(stores, mcp_oauth_store)
+        if isinstance(retention, RetentionOff):
+            # Unset is the default and says nothing new; set but impossible is
+            # a misconfiguration the operator should see.
+            level = logging.INFO if settings.retention is None else logging.WARNING
+            logger.log(level, "retention is off: %s", retention.reason)
+        else:
+            logger.info(
+                "retention is on: conversations not updated for %s are erased, "
+                "every %s s, by one replica at a time (a lease in the supervision store)",
+                retention.older_than,
+                retention.interval.total_seconds(),
+            )
+            retention.start()
         try:
             yield
         finally:
+            if not isinstance(retention, RetentionOff):
+                await retention.aclose()
             await handler.shutdown()
             for store in reversed(opened):
                 try:
@@ -94,6 +115,7 @@ def setup_app(
     app.state.settings = settings
     app.state.message_bus = bus
     app.state.stores = stores
+    app.state.retention = retention
     app.state.mcp_oauth_store = mcp_oauth_store
     app.state.mcp_oauth_token_client = mcp_oauth_token_client
     app.state.authenticator = authenticator or HeaderAuthenticator()

@@ -7,21 +7,16 @@ Mounted by ``tether.cli.main`` as ``app.add_typer(db_app, name="db")``.
 from __future__ import annotations
 
 import asyncio
-import re
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 import typer
 
 from tether.cli.serve import DEFAULT_STORE_URL
-from tether.domain.chat_conversation_store import ConversationNotOwnedError, ConversationSummary
 from tether.domain.store_errors import StoreError
-from tether.handlers.erase import erase_conversation
-from tether.handlers.errors import ConversationBusyError
-from tether.runtime.turn_stores import TurnStores
-from tether.settings import settings_from_env
+from tether.handlers.retention import PruneReport, prune
+from tether.settings import parse_age, settings_from_env
 from tether.stores import StoreBundle, StoreURLError, compose
 
 _SCHEMES = ("postgresql", "postgres")
@@ -85,98 +80,7 @@ async def _upgrade(url: str) -> tuple[list[int], int, str]:
     return applied, await database.schema_version(), database.display_url
 
 
-# Retention ----------------------------------------------------------------------------
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "": 86400}
-_PAGE = 200
-
-
-def parse_age(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w``; a bare number is days."""
-    match = _DURATION.fullmatch(text)
-    if match is None or float(match.group(1)) <= 0:
-        raise ValueError(f"{text!r} is not an age such as 30d, 12h or 90m")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-
-
-@dataclass
-class PruneReport:
-    """What a prune found: the conversations it removed (or, dry, would remove)
-    and those it left because a turn runs in them or they changed meanwhile."""
-
-    cutoff: datetime
-    removed: list[ConversationSummary] = field(default_factory=list)
-    skipped: list[tuple[ConversationSummary, str]] = field(default_factory=list)
-
-
-async def prune(
-    bundle: StoreBundle,
-    older_than: timedelta,
-    *,
-    dry_run: bool,
-    now: datetime | None = None,
-    dead_after: timedelta = timedelta(seconds=3),
-) -> PruneReport:
-    """Erase every conversation (with its checkpoint, recording and supervision
-    row) not updated for ``older_than``; with ``dry_run`` only list them.
-
-    Each is re-read just before it is erased: one updated since it was listed,
-    or with a live turn, is skipped. Erasing is idempotent, so two prunes that
-    overlap do no harm; run it from one scheduler all the same."""
-    stores = TurnStores(
-        agent_state=bundle.agent_state_store,
-        recording=bundle.chat_stream_recording_store,
-        supervision=bundle.chat_stream_supervision_store,
-        conversation=bundle.chat_conversation_store,
-    )
-    conversations = stores.conversation
-    if conversations is None:
-        raise StoreURLError("pruning needs a conversation store; these URLs have none")
-    now = now or datetime.now(UTC)
-    report = PruneReport(cutoff=now - older_than)
-    cursor: str | None = None
-    while True:
-        try:
-            listed = await conversations.list_stale_conversations(report.cutoff, _PAGE, cursor)
-        except NotImplementedError:
-            raise StoreURLError(
-                f"{type(conversations).__name__} cannot list conversations by age"
-            ) from None
-        for summary in listed.items:
-            if dry_run:
-                report.removed.append(summary)
-                continue
-            await _prune_one(stores, summary, report, now=now, dead_after=dead_after)
-        if listed.next_cursor is None:
-            return report
-        cursor = listed.next_cursor
-
-
-async def _prune_one(
-    stores: TurnStores,
-    summary: ConversationSummary,
-    report: PruneReport,
-    *,
-    now: datetime,
-    dead_after: timedelta,
-) -> None:
-    assert stores.conversation is not None
-    owner, tenant, session = summary.owner_uuid, summary.tenant, summary.session_id
-    current = await stores.conversation.get_conversation(tenant, owner, session)
-    if current is None:
-        return  # gone meanwhile (its owner deleted it, or another prune did)
-    if current.updated_at >= report.cutoff:
-        report.skipped.append((summary, "updated since it was listed"))
-        return
-    try:
-        await erase_conversation(stores, tenant, owner, session, now=now, dead_after=dead_after)
-    except ConversationBusyError as busy:
-        report.skipped.append((summary, f"turn {busy.message_id} is running"))
-    except ConversationNotOwnedError:
-        report.skipped.append((summary, "its owner changed"))
-    else:
-        report.removed.append(summary)
+# Retention -----------------------------------------------------------------------------
 
 
 @db_app.command("prune")
@@ -215,8 +119,9 @@ def prune_command(
 ) -> None:
     """Erase conversations not updated for --older-than, and everything they own
     (checkpoint, recording, supervision row). Run it from ONE scheduler (cron, a
-    Kubernetes CronJob) against the servers' stores; replicas never prune by
-    themselves. A conversation with a running turn is skipped."""
+    Kubernetes CronJob) against the servers' stores, or set TETHER_RETENTION on
+    the servers instead (one replica at a time prunes). A conversation with a
+    running turn is skipped."""
     if older_than is None:
         typer.echo("tether db prune: give --older-than (or set TETHER_RETENTION)", err=True)
         raise typer.Exit(2)
@@ -225,12 +130,15 @@ def prune_command(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--older-than") from error
     try:
+        dead_after = timedelta(seconds=settings_from_env().dead_after)
+    except ValueError as error:
+        typer.echo(f"tether db prune: {error}", err=True)
+        raise typer.Exit(2) from error
+    try:
         bundle = compose(
             store, stream=stream_store, state=state_store, conversation=conversation_store
         )
-        report = asyncio.run(
-            _run_prune(bundle, age, dry_run, timedelta(seconds=settings_from_env().dead_after))
-        )
+        report = asyncio.run(_run_prune(bundle, age, dry_run, dead_after))
     except (StoreError, StoreURLError) as error:
         typer.echo(f"tether db prune: {error}", err=True)
         raise typer.Exit(1) from error
