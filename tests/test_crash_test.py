@@ -315,9 +315,10 @@ def test_the_checker_catches_a_second_tool_execution() -> None:
     assert _invariants(observed) == {"tool-once"}
 
 
-def test_a_pause_inside_a_checkpoint_allows_one_more_tool_run_never_two() -> None:
-    # The paused write may be the one holding the tool's result: the resume
-    # cannot know the call completed (at-least-once until issue 14).
+def test_a_fault_before_the_tool_result_was_shown_allows_one_more_run_never_two() -> None:
+    # The fault may have fallen between the call and the checkpoint holding its
+    # result: the resume cannot know the call completed (at-least-once until
+    # issue 14). Once a result was shown, tool-once is strict (the test above).
     observed = _sound_round()
     observed.tool_outcome_unknown = True
     observed.tool_runs = 2

@@ -8,8 +8,8 @@ rounds. The checks:
   last answer the client was streamed is the one persisted;
 - ``user-message`` (§5.4): the user's message is in it exactly once;
 - ``tool-once`` (§5.6): the calculator ran as often as in the crash-free run
-  (once more at most where the pause fell inside the checkpoint recording its
-  result: see ``Observed.tool_outcome_unknown``);
+  (once more at most where the fault came before any reader got its result:
+  see ``Observed.tool_outcome_unknown``);
 - ``no-regress`` (§5.3): per reader, event indexes strictly increase and, within
   one producer's run, each cumulative message extends the previous one; across
   readers, the client never got an index it had already passed;
@@ -144,10 +144,11 @@ class Observed:
     conversation_store: bool = True
     """False: the servers keep no transcript; the recording is checked instead."""
     tool_outcome_unknown: bool = False
-    """True where the round paused the producer inside a checkpoint write: if that
-    write was the one recording the tool's result, the resume cannot know the call
-    completed and runs it once more (at-least-once until tool calls record
-    *started* and *completed*, issue 14). One extra run is then allowed, never two."""
+    """True where no reader got the tool's result before the fault: the fault may
+    have fallen between the call and the checkpoint recording its result, and the
+    resume then runs it once more (at-least-once until tool calls record
+    *started* and *completed*, issue 14). One extra run is allowed, never two;
+    once a result was shown, none."""
 
 
 def normalize(message: dict[str, Any]) -> dict[str, Any]:

@@ -622,14 +622,12 @@ async def _check(
         last_turn_status=last_turn_status,
         cancel=evidence.cancel,
         conversation_store=ctx.conversation_store,
-        tool_outcome_unknown=(
-            plan.fault.kind is FaultKind.PAUSE_IN_WRITE and plan.fault.variant == "checkpoint"
-        ),
+        tool_outcome_unknown=_tool_outcome_unknown(turn),
     )
     if observed.tool_outcome_unknown and result.tool_runs > turn.reference.expected.tool_runs:
         result.notes.append(
-            "the calculator ran once more: the pause fell inside the checkpoint holding "
-            "its result, so the resume could not know it had completed"
+            "the calculator ran once more: the fault came before its result was shown "
+            "(and so, maybe, before the checkpoint holding it landed)"
         )
     result.violations += check_round(
         turn.reference.expected, observed, producer_break=ctx.settings.max_turn_events // 2
@@ -706,6 +704,22 @@ def _any_running(cluster: Cluster, *, prefer_not: Replica) -> Replica | None:
 
 def _length(message: dict[str, object] | None) -> int:
     return len(str((message or {}).get("content", "")))
+
+
+def _tool_outcome_unknown(turn: _Turn) -> bool:
+    """Whether the fault may have come between the tool's run and the checkpoint
+    recording its result. The chat client shows a completed call only after that
+    checkpoint landed, so a result some reader got before the fault means the
+    resume knows it; without one, the call may have run unrecorded (a round of
+    several conversations hits the others' calls wherever they are)."""
+    fault_at = turn.evidence.fault_at
+    if not turn.reference.expected.tool_runs or fault_at is None:
+        return False
+    return not any(
+        event.at <= fault_at and event.message is not None and has_completed_tool(event.message)
+        for reader in turn.evidence.readers
+        for event in reader.events
+    )
 
 
 def _trace(reader: TurnReader, view: ClientView) -> ReaderTrace:
