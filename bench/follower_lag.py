@@ -76,8 +76,6 @@ async def _lag(producer, follower_bundle, store, session, flushes, settings, mod
             if mode == "push"
             else settings.follower_poll_interval
         ),
-        pace_interval=settings.follower_pace_interval,
-        flush_interval=0.0,  # no pacing: measure arrival, not smoothing
     )
     put_at: dict[int, float] = {}
     lags: list[float] = []

@@ -1,9 +1,8 @@
-"""Following a turn through the stores: pacing, verdicts, takeover regressions."""
+"""Following a turn through the stores: snapshots at their own ids, verdicts, takeovers."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from datetime import UTC, datetime, timedelta
 
 from tether.adapters.stream_buffer import (
@@ -14,7 +13,7 @@ from tether.adapters.stream_buffer import (
 from tether.domain.chat_message import ChatMessage, ChatMessageSender, ContentPart, ContentPartType
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
-from tether.runtime.follower import RecordingFollower, interpolate
+from tether.runtime.follower import RecordingFollower
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
@@ -27,59 +26,39 @@ def _bot(text: str) -> ChatMessage:
     )
 
 
-def test_interpolate_splits_text_growth_into_cumulative_steps() -> None:
-    steps = interpolate(_bot("Hello"), _bot("Hello, wide world!"), 4)
-    assert len(steps) == 4 and steps[-1] == _bot("Hello, wide world!")
-    contents = [m.content for m in steps]
-    assert all(b.startswith(a) and len(b) > len(a) for a, b in itertools.pairwise(contents))
-    assert all(m.content == (m.content_parts or [])[0].text for m in steps)
-
-
-def test_interpolate_does_not_invent_messages_it_cannot_split() -> None:
-    assert interpolate(None, _bot("new"), 5) == [_bot("new")]
-    assert interpolate(_bot("abc"), _bot("xyz and more"), 5) == [_bot("xyz and more")]
-
-
-async def test_a_follower_paces_each_flush_and_ends_with_the_verdict() -> None:
-    recording, supervision = (
-        InMemoryChatStreamRecordingStore(),
-        InMemoryChatStreamSupervisionStore(),
-    )
-    now = datetime.now(UTC)
-    key = ConversationKey("t", "u", "s")
+async def test_a_follower_sends_each_snapshot_at_its_own_index_and_ends_with_the_verdict() -> None:
+    """A stream id names the producer's message at that index: a follower never
+    invents messages for the indexes between two snapshots (it used to pace a
+    flush's growth out in steps at those indexes, so a client reading the
+    producer and one reading a follower got one id with two contents)."""
+    channel = InMemoryChangeChannel()
+    recording = InMemoryChatStreamRecordingStore(channel)
+    supervision = InMemoryChatStreamSupervisionStore(channel)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
     row = ChatStreamSupervision(
         status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id="m", epoch=1
     )
-    await supervision.compare_and_swap("t", "u", "s", None, row)
+    assert await supervision.compare_and_swap("t", "u", "s", None, row)
     await recording.put(
         "t", "u", "s", RecordedStreamEvent(index=0, message=_bot("One"), message_id="m", epoch=1)
     )
     follower = RecordingFollower(
-        recording, supervision, key, "m",
-        clock=lambda: datetime.now(UTC), dead_after=timedelta(seconds=3),
-        poll_interval=0.01, pace_interval=0.001, flush_interval=0.01 * 10,
+        recording, supervision, ConversationKey("t", "u", "s"), "m",
+        clock=lambda: now, dead_after=timedelta(seconds=3),
+        poll_interval=10_000.0,  # woken by the channel only: no timing involved
     )  # fmt: skip
-    seen: list[StreamEvent | StreamEnd] = []
-
-    async def follow() -> None:
-        async for item in follower.follow(0):
-            seen.append(item)
-
-    task = asyncio.ensure_future(follow())
-    await asyncio.sleep(0.05)
-    text = "One two three four five six seven eight nine ten"
-    await recording.put(
-        "t", "u", "s", RecordedStreamEvent(index=10, message=_bot(text), message_id="m", epoch=1)
-    )
-    await asyncio.sleep(0.1)
-    done = row.model_copy(update={"status": ChatStreamStatus.DONE})
-    await supervision.compare_and_swap("t", "u", "s", 1, done)
-    await asyncio.wait_for(task, 2)
-    events = [e for e in seen if isinstance(e, StreamEvent)]
-    assert events[0].index == 0 and events[-1].message.content == text
-    assert len(events) > 3  # one flush of ten indexes came out as several steps
-    assert [e.index for e in events] == sorted({e.index for e in events})
-    assert seen[-1] == StreamEnd("done")
+    events = follower.follow(0)
+    async with asyncio.timeout(5):
+        assert await anext(events) == StreamEvent(0, _bot("One"))
+        # Ten indexes in one flush: the follower sends the snapshot it read.
+        text = "One two three four five six seven eight nine ten"
+        grown = RecordedStreamEvent(index=10, message=_bot(text), message_id="m", epoch=1)
+        await recording.put("t", "u", "s", grown)
+        assert await anext(events) == StreamEvent(10, _bot(text))
+        # The verdict is written one epoch up, as the lease's final write is.
+        done = row.model_copy(update={"status": ChatStreamStatus.DONE, "epoch": 2})
+        assert await supervision.compare_and_swap("t", "u", "s", 1, done)
+        assert await anext(events) == StreamEnd("done")
 
 
 async def test_a_follower_says_dead_when_the_heartbeat_is_stale() -> None:
@@ -95,7 +74,7 @@ async def test_a_follower_says_dead_when_the_heartbeat_is_stale() -> None:
     follower = RecordingFollower(
         recording, supervision, ConversationKey("t", "u", "s"), "m",
         clock=lambda: datetime.now(UTC), dead_after=timedelta(seconds=3),
-        poll_interval=0.01, pace_interval=0.001, flush_interval=0.5,
+        poll_interval=0.01,
     )  # fmt: skip
     items = [item async for item in follower.follow(0)]
     assert items == [StreamEnd("dead")]
@@ -125,8 +104,6 @@ async def test_a_change_announced_while_the_follower_is_busy_is_not_lost() -> No
         clock=lambda: now,
         dead_after=timedelta(seconds=3),
         poll_interval=10_000.0,
-        pace_interval=0.05,
-        flush_interval=0.05,  # one step per flush: no pacing between indexes
     )
     events = follower.follow(0)
     first = await anext(events)  # the follower now waits on its client, not the stores

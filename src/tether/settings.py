@@ -43,8 +43,6 @@ class TetherSettings:
     follower_push_fallback_interval: float = 1.0
     """With a push channel, a follower still re-reads this often (a dead producer
     sends no notification)."""
-    follower_pace_interval: float = 0.05
-    """A follower paces new content out in steps this far apart, not one jump per flush."""
     max_turn_events: int = 10_000
     """A turn that yields more messages than this ends errored (TURN_TOO_LONG)."""
     max_turn_seconds: float = 900.0

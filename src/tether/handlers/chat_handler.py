@@ -403,8 +403,6 @@ class ChatHandler:
                 if has_push(recording)
                 else self.settings.follower_poll_interval
             ),
-            pace_interval=self.settings.follower_pace_interval,
-            flush_interval=self.settings.recording_flush_interval,
         )
         return follower.follow(start_index), False
 
