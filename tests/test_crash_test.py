@@ -121,7 +121,13 @@ def test_the_command_recovers_every_round_with_no_violation(
     assert summary["inter_message_gap_s"]["p50"] is not None
     for entry in report["results"]:
         assert entry["passed"] and entry["fault"] == fault and entry["violations"] == []
-        assert entry["tool_runs"] == entry["expected_tool_runs"] == 1
+        # Once, or once more where the fault came before any reader got the
+        # result (the other conversation's call may be in flight: the checker
+        # allows that, and the round says so in its notes).
+        assert entry["expected_tool_runs"] == 1
+        assert entry["tool_runs"] == 1 or (
+            entry["tool_runs"] == 2 and any("ran once more" in n for n in entry["notes"])
+        ), entry["notes"]
         assert entry["path"] != "-"
         if fault == "kill":
             # The client had to take the turn over: nobody else was producing it.
