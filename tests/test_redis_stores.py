@@ -391,7 +391,9 @@ async def test_wait_for_change_wakes_on_writes_from_another_connection(redis_url
         assert await woken_by(producer.delete("t", "u", "s", "m-1")) < 0.5
         assert await woken_by(supervisor.delete("t", "u", "s", "m-1", 1)) < 0.5
         # Refused writes and other conversations' writes announce nothing here.
-        await producer.put("t", "u", "s", _event(4))
+        # (This put's own announcement is taken first: one arriving late under
+        # load would otherwise wake the wait below.)
+        assert await woken_by(producer.put("t", "u", "s", _event(4))) < 5.0
         waiting = asyncio.create_task(follower.wait_for_change("t", "u", "s", 0.4))
         await asyncio.sleep(0.05)
         assert not await supervisor.compare_and_swap("t", "u", "s", 3, _row(4))

@@ -91,7 +91,7 @@ _ENV_GITIGNORE = """\
 _README_MD = """\
 # {name}
 
-A [tether](https://pypi.org/project/tether/) project.
+A tether project.
 
 - `agents/my_agent.py`: the agent (`my_agent`), a streaming chat agent with a clock tool.
 - `agents/agent_setups.json`: which agent runs under which identifier, with what
