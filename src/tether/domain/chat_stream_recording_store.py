@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -73,6 +75,62 @@ class ChangeSubscription:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class PendingChanges(ChangeSubscription, Generic[K]):
+    """A subscription fed by a push channel (PostgreSQL LISTEN, Redis pub/sub,
+    the in-memory channel): one conversation's announcements, level-triggered.
+
+    Every announcement (``hear``) adds its kinds to the pending set, which the
+    next ``wait`` returns (at once, if it is already non-empty) and clears. The
+    channel keeps the subscriptions by ``key`` and is told of a closed one by
+    ``drop``.
+    """
+
+    def __init__(self, key: K, drop: Callable[[PendingChanges[K]], None]) -> None:
+        self.key = key
+        """The conversation, in the channel's own terms."""
+        self.missed = False
+        """Set by the channel while announcements may go unheard (it is not
+        listening yet, or lost its connection); it announces everything once
+        it listens again."""
+        self._drop = drop
+        self._pending: set[StreamChange] = set()
+        self._heard = asyncio.Event()
+        self._closed = False
+
+    def hear(self, changes: Iterable[StreamChange]) -> None:
+        """An announcement for this conversation (called by the channel)."""
+        self._pending.update(changes)
+        self._heard.set()
+
+    def release(self) -> None:
+        """End a ``wait`` in progress with what is pending (the channel is closing)."""
+        self._heard.set()
+
+    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
+        """What was announced since the previous ``wait`` (at once if anything
+        was), or empty after ``max_wait`` seconds without an announcement."""
+        if self._closed:
+            await asyncio.sleep(max(max_wait, 0))
+            return frozenset()
+        if not self._pending and max_wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max_wait):
+                    await self._heard.wait()
+        heard, self._pending = frozenset(self._pending), set()
+        self._heard.clear()
+        return heard
+
+    async def aclose(self) -> None:
+        """Stop hearing changes (a ``wait`` in progress returns). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._drop(self)
+            self._heard.set()
 
 
 class ChatStreamRecordingStore(ABC):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import psycopg
 from psycopg import AsyncConnection
 
 from tether.adapters.postgres import queries
-from tether.domain.chat_stream_recording_store import EVERYTHING, ChangeSubscription, StreamChange
+from tether.domain.chat_stream_recording_store import EVERYTHING, PendingChanges, StreamChange
 
 logger = logging.getLogger(__name__)
 
@@ -33,51 +33,6 @@ def parse_payload(payload: str) -> tuple[str, frozenset[StreamChange]]:
     """
     key, _, kind = payload.partition(":")
     return key, _KINDS.get(kind, EVERYTHING)
-
-
-class ListenerSubscription(ChangeSubscription):
-    """One conversation's changes as a :class:`ChangeListener` hears them.
-
-    Level-triggered: every announcement adds its kind to the pending set, which
-    the next ``wait`` returns (at once, if it is already non-empty) and clears.
-    """
-
-    def __init__(self, listener: ChangeListener, key: str) -> None:
-        self._listener = listener
-        self.key = key
-        """The conversation's row key in hex, as NOTIFY payloads carry it."""
-        self.missed = False
-        """Set while announcements may have gone unheard (LISTEN was not in
-        effect); the listener then announces everything once it is."""
-        self._pending: set[StreamChange] = set()
-        self._heard = asyncio.Event()
-        self._closed = False
-
-    def hear(self, changes: Iterable[StreamChange]) -> None:
-        """An announcement for this conversation (called by the listener)."""
-        self._pending.update(changes)
-        self._heard.set()
-
-    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
-        """What was announced since the previous ``wait`` (at once if anything
-        was), or empty after ``max_wait`` seconds without an announcement."""
-        if self._closed:
-            await asyncio.sleep(max(max_wait, 0))
-            return frozenset()
-        if not self._pending and max_wait > 0:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max_wait):
-                    await self._heard.wait()
-        heard, self._pending = frozenset(self._pending), set()
-        self._heard.clear()
-        return heard
-
-    async def aclose(self) -> None:
-        """Stop hearing changes (a ``wait`` in progress returns). Idempotent."""
-        if not self._closed:
-            self._closed = True
-            self._listener.drop(self)
-            self._heard.set()
 
 
 class ChangeListener:
@@ -110,11 +65,11 @@ class ChangeListener:
         self._display_url = display_url
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
-        self._subscriptions: dict[str, set[ListenerSubscription]] = {}
+        self._subscriptions: dict[str, set[PendingChanges[str]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
 
-    def subscribe(self, key: str, *, catch_up: bool = True) -> ListenerSubscription:
+    def subscribe(self, key: str, *, catch_up: bool = True) -> PendingChanges[str]:
         """Hear the announcements of row ``key`` (hex) from now on; starts
         listening if needed.
 
@@ -124,13 +79,13 @@ class ChangeListener:
         what is announced once LISTEN is in effect (and both kinds after a
         reconnect, as every subscription does).
         """
-        subscription = ListenerSubscription(self, key)
+        subscription = PendingChanges(key, self.drop)
         subscription.missed = catch_up and not self._subscribed.is_set()
         self._subscriptions.setdefault(key, set()).add(subscription)
         self._start()
         return subscription
 
-    def drop(self, subscription: ListenerSubscription) -> None:
+    def drop(self, subscription: PendingChanges[str]) -> None:
         """Forget ``subscription`` (its ``aclose`` calls this)."""
         subscriptions = self._subscriptions.get(subscription.key)
         if subscriptions is not None:

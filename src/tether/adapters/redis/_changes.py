@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import suppress
 from typing import Final
 
@@ -31,7 +31,7 @@ import redis.asyncio
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from tether.domain.chat_stream_recording_store import EVERYTHING, ChangeSubscription, StreamChange
+from tether.domain.chat_stream_recording_store import EVERYTHING, PendingChanges, StreamChange
 
 logger = logging.getLogger(__name__)
 
@@ -67,54 +67,6 @@ class _Silent(Exception):
     """The subscription stopped answering PING."""
 
 
-class FeedSubscription(ChangeSubscription):
-    """One conversation's changes as a :class:`ChangeFeed` hears them.
-
-    Level-triggered: every announcement adds its kind to the pending set, which
-    the next ``wait`` returns (at once, if it is already non-empty) and clears.
-    """
-
-    def __init__(self, feed: ChangeFeed, conversation: str) -> None:
-        self._feed = feed
-        self.conversation = conversation
-        self.missed = False
-        """Set while announcements may have gone unheard (the channel was not
-        subscribed); the feed then announces everything once it is."""
-        self._pending: set[StreamChange] = set()
-        self._heard = asyncio.Event()
-        self._closed = False
-
-    def hear(self, changes: Iterable[StreamChange]) -> None:
-        """An announcement for this conversation (called by the feed)."""
-        self._pending.update(changes)
-        self._heard.set()
-
-    def release(self) -> None:
-        """End a ``wait`` in progress with what is pending (the feed is closing)."""
-        self._heard.set()
-
-    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
-        """What was announced since the previous ``wait`` (at once if anything
-        was), or empty after ``max_wait`` seconds without an announcement."""
-        if self._closed:
-            await asyncio.sleep(max(max_wait, 0))
-            return frozenset()
-        if not self._pending and max_wait > 0:
-            with suppress(TimeoutError):
-                async with asyncio.timeout(max_wait):
-                    await self._heard.wait()
-        heard, self._pending = frozenset(self._pending), set()
-        self._heard.clear()
-        return heard
-
-    async def aclose(self) -> None:
-        """Stop hearing changes (a ``wait`` in progress returns). Idempotent."""
-        if not self._closed:
-            self._closed = True
-            self._feed.drop(self)
-            self._heard.set()
-
-
 class ChangeFeed:
     """Subscriptions by conversation, fed by the one shared pub/sub subscription."""
 
@@ -122,11 +74,11 @@ class ChangeFeed:
         self._client = client
         self._channel = channel
         self._name = name
-        self._subscriptions: dict[str, set[FeedSubscription]] = {}
+        self._subscriptions: dict[str, set[PendingChanges[str]]] = {}
         self._task: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
 
-    def subscribe(self, conversation: str, *, catch_up: bool = True) -> FeedSubscription:
+    def subscribe(self, conversation: str, *, catch_up: bool = True) -> PendingChanges[str]:
         """Hear ``conversation``'s announcements from now on; starts the feed if needed.
 
         With ``catch_up`` (the default), a subscription made before the channel
@@ -135,19 +87,19 @@ class ChangeFeed:
         only what is announced once the channel is subscribed (and both kinds
         after a resubscribe, as every subscription does).
         """
-        subscription = FeedSubscription(self, conversation)
+        subscription = PendingChanges(conversation, self.drop)
         subscription.missed = catch_up and not self._subscribed.is_set()
         self._subscriptions.setdefault(conversation, set()).add(subscription)
         self._start()
         return subscription
 
-    def drop(self, subscription: FeedSubscription) -> None:
+    def drop(self, subscription: PendingChanges[str]) -> None:
         """Forget ``subscription`` (its ``aclose`` calls this)."""
-        subscriptions = self._subscriptions.get(subscription.conversation)
+        subscriptions = self._subscriptions.get(subscription.key)
         if subscriptions is not None:
             subscriptions.discard(subscription)
             if not subscriptions:
-                del self._subscriptions[subscription.conversation]
+                del self._subscriptions[subscription.key]
 
     async def wait(self, conversation: str, max_wait: float) -> bool:
         """True when ``conversation`` was announced (or the feed came back after a

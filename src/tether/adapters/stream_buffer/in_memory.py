@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tether.domain.chat_stream_recording_store import (
     ChangeSubscription,
     ChatStreamRecordingStore,
+    PendingChanges,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
@@ -35,49 +36,23 @@ class InMemoryChangeChannel:
     """
 
     def __init__(self) -> None:
-        self._subscriptions: dict[_Key, set[_Subscription]] = {}
+        self._subscriptions: dict[_Key, set[PendingChanges[_Key]]] = {}
 
     def subscribe(self, key: _Key) -> ChangeSubscription:
-        subscription = _Subscription(self, key)
+        subscription = PendingChanges(key, self._drop)
         self._subscriptions.setdefault(key, set()).add(subscription)
         return subscription
 
     def announce(self, key: _Key, change: StreamChange) -> None:
         for subscription in self._subscriptions.get(key, ()):
-            subscription.hear(change)
+            subscription.hear((change,))
 
-    def _drop(self, subscription: _Subscription) -> None:
+    def _drop(self, subscription: PendingChanges[_Key]) -> None:
         subscriptions = self._subscriptions.get(subscription.key)
         if subscriptions is not None:
             subscriptions.discard(subscription)
             if not subscriptions:
                 del self._subscriptions[subscription.key]
-
-
-class _Subscription(ChangeSubscription):
-    def __init__(self, channel: InMemoryChangeChannel, key: _Key) -> None:
-        self._channel = channel
-        self.key = key
-        self._pending: set[StreamChange] = set()
-        self._heard = asyncio.Event()
-
-    def hear(self, change: StreamChange) -> None:
-        self._pending.add(change)
-        self._heard.set()
-
-    async def wait(self, max_wait: float) -> frozenset[StreamChange]:
-        if not self._pending:
-            try:
-                async with asyncio.timeout(max_wait):
-                    await self._heard.wait()
-            except TimeoutError:
-                return frozenset()
-        heard, self._pending = frozenset(self._pending), set()
-        self._heard.clear()
-        return heard
-
-    async def aclose(self) -> None:
-        self._channel._drop(self)
 
 
 class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
