@@ -362,6 +362,8 @@ def test_stop_on_the_other_replica_cancels_the_answer(
     other.page.wait_for_selector(f"#conversations li a[href='#/c/{session}']")
     wait_for(lambda: "stopped" in other.page.inner_text("#conversations"), 5, "the list")
     assert f"{AGENT} · stopped" in other.page.inner_text("#conversations")
+    # The list and the transcript load separately after a reload.
+    wait_for(lambda: other.text() != "", 5, "the transcript after the reload")
     assert other.text() == stopped
     other.shot("stopped")
     transcript = _conversation(replicas.two.url, user, session)
