@@ -43,6 +43,9 @@ class TetherSettings:
     follower_push_fallback_interval: float = 1.0
     """With a push channel, a follower still re-reads this often (a dead producer
     sends no notification)."""
+    delta_window: float = 0.02
+    """Where the stores have a push channel, a producer publishes a watched turn's
+    new messages to followers on other replicas this often, coalesced."""
     max_turn_events: int = 10_000
     """A turn that yields more messages than this ends errored (TURN_TOO_LONG)."""
     max_turn_seconds: float = 900.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -13,6 +14,7 @@ from typing import Generic, TypeVar
 from pydantic import BaseModel
 
 from tether.domain.chat_message import ChatMessage
+from tether.domain.stream_delta import StreamDelta
 
 
 class RecordedStreamEvent(BaseModel):
@@ -46,9 +48,27 @@ class StreamChange(StrEnum):
     SUPERVISION = "supervision"
     """The row changed hands or ended (a claim, a cancel, a verdict, a hand-off);
     heartbeats are not announced (readers judge liveness by age)."""
+    DELTA = "delta"
+    """The producer published new messages (``ChangeSubscription.take_deltas``)."""
+    WATCH = "watch"
+    """A follower on some replica wants the producer's deltas (see
+    ``ChatStreamRecordingStore.announce_watch``)."""
 
 
-EVERYTHING = frozenset(StreamChange)
+EVERYTHING = frozenset({StreamChange.RECORDING, StreamChange.SUPERVISION})
+"""What a holder hears when announcements may have been missed: re-read both rows.
+(Deltas missed are not replayed: a follower sees the gap and reads the
+snapshot; a watch missed is announced again by its follower.)"""
+
+
+@dataclass(frozen=True)
+class DeltaPublication:
+    """One turn's delta for ``ChatStreamRecordingStore.publish_deltas``."""
+
+    tenant: str
+    requester_uuid: str | None
+    session_id: str
+    delta: StreamDelta
 
 
 class ChangeSubscription:
@@ -67,6 +87,12 @@ class ChangeSubscription:
         await asyncio.sleep(max_wait)
         return frozenset()
 
+    def take_deltas(self) -> list[StreamDelta]:
+        """The deltas heard since the previous call, oldest first (a bounded
+        number: when a holder falls behind the oldest are dropped, a gap it
+        bridges from the snapshot)."""
+        return []
+
     async def aclose(self) -> None:
         """Stop hearing changes."""
 
@@ -78,6 +104,11 @@ class ChangeSubscription:
 
 
 K = TypeVar("K", bound=Hashable)
+
+HELD_DELTAS = 256
+"""The deltas a subscription keeps for a holder that is not reading (about five
+seconds of one turn at the publisher's 20 ms window): bounded, so a follower
+that stalls costs no more memory than this."""
 
 
 class PendingChanges(ChangeSubscription, Generic[K]):
@@ -99,6 +130,7 @@ class PendingChanges(ChangeSubscription, Generic[K]):
         it listens again."""
         self._drop = drop
         self._pending: set[StreamChange] = set()
+        self._deltas: deque[StreamDelta] = deque(maxlen=HELD_DELTAS)
         self._heard = asyncio.Event()
         self._closed = False
 
@@ -106,6 +138,17 @@ class PendingChanges(ChangeSubscription, Generic[K]):
         """An announcement for this conversation (called by the channel)."""
         self._pending.update(changes)
         self._heard.set()
+
+    def hear_delta(self, delta: StreamDelta) -> None:
+        """A delta for this conversation (called by the channel)."""
+        self._deltas.append(delta)
+        self.hear((StreamChange.DELTA,))
+
+    def take_deltas(self) -> list[StreamDelta]:
+        """The deltas heard since the previous call, oldest first."""
+        deltas = list(self._deltas)
+        self._deltas.clear()
+        return deltas
 
     def release(self) -> None:
         """End a ``wait`` in progress with what is pending (the channel is closing)."""
@@ -131,6 +174,22 @@ class PendingChanges(ChangeSubscription, Generic[K]):
             self._closed = True
             self._drop(self)
             self._heard.set()
+
+
+def deliver(
+    subscriptions: Iterable[PendingChanges[K]], changes: frozenset[StreamChange], delta: str
+) -> None:
+    """Hand one announcement from a channel to a conversation's subscriptions:
+    ``changes`` heard, or, for ``DELTA``, the encoded ``delta`` (decoded once;
+    one that does not parse is dropped, a gap its followers bridge)."""
+    if StreamChange.DELTA not in changes:
+        for subscription in subscriptions:
+            subscription.hear(changes)
+        return
+    decoded = StreamDelta.decode(delta)
+    if decoded is not None:
+        for subscription in subscriptions:
+            subscription.hear_delta(decoded)
 
 
 class ChatStreamRecordingStore(ABC):
@@ -225,6 +284,27 @@ class ChatStreamRecordingStore(ABC):
         and every supervision write that changes the epoch.
         """
         return ChangeSubscription()
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Announce each turn's newest messages to that conversation's
+        subscribers on every replica (``StreamChange.DELTA``), in one round trip.
+
+        Optional, and best effort: a delta lost on the way is a gap its
+        follower bridges from the snapshot. Each encoded delta is at most
+        ``MAX_DELTA_BYTES``. The default does nothing (no channel: followers
+        read snapshots); so a store that overrides it also says it has one.
+        """
+        return None  # no channel: followers read the snapshots
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """Ask the conversation's producer, wherever it runs, to publish its
+        deltas (``StreamChange.WATCH``) for the next few seconds; a follower
+        announces this when it starts and again while it follows. Producers
+        publish deltas only for watched turns, so the channel carries only what
+        some follower reads. Optional; the default does nothing."""
+        return None  # no channel: nobody to tell
 
     async def wait_for_change(
         self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float

@@ -38,8 +38,9 @@ from tether.handlers.errors import (
 )
 from tether.handlers.turn import Turn
 from tether.metrics import TetherMetrics, backend_name
+from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import raise_fences
-from tether.runtime.follower import RecordingFollower, has_push
+from tether.runtime.follower import RecordingFollower, has_deltas, has_push
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import (
     ClaimRefusedError,
@@ -119,6 +120,11 @@ class ChatHandler:
             if stores.recording is not None
             else None
         )
+        self.deltas = (
+            DeltaPublisher(stores.recording, window=settings.delta_window)
+            if stores.recording is not None and has_deltas(stores.recording)
+            else None
+        )
 
     # ------------------------------------------------------------ starting
 
@@ -177,6 +183,7 @@ class ChatHandler:
                 buffer=ChatStreamBuffer(first_index),
                 heartbeats=self.heartbeats,
                 flusher=self.flusher,
+                deltas=self.deltas,
                 recorded=recorded,
                 metrics=self.metrics,
             )
@@ -601,3 +608,5 @@ class ChatHandler:
             await self.heartbeats.aclose()
         if self.flusher is not None:
             await self.flusher.aclose()
+        if self.deltas is not None:
+            await self.deltas.aclose()

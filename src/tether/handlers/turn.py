@@ -41,6 +41,7 @@ from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
 from tether.metrics import TetherMetrics
+from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
 from tether.runtime.follower import has_push, is_regression
 from tether.runtime.heartbeats import HeartbeatBatcher
@@ -102,6 +103,7 @@ class Turn:
         buffer: ChatStreamBuffer,
         heartbeats: HeartbeatBatcher | None = None,
         flusher: RecordingFlusher | None = None,
+        deltas: DeltaPublisher | None = None,
         recorded: ChatMessage | None = None,
         metrics: TetherMetrics | None = None,
     ) -> None:
@@ -118,6 +120,7 @@ class Turn:
         self.buffer = buffer
         self._heartbeats = heartbeats
         self._flusher = flusher
+        self._deltas = deltas
         self._metrics = metrics if metrics is not None else TetherMetrics()
         self.lifecycle = Lifecycle()
         self.key = ConversationKey(context.tenant, context.requester_uuid, context.session_id or "")
@@ -215,6 +218,8 @@ class Turn:
             self._heartbeats.discard(self.lease)
         if self._flusher is not None:
             self._flusher.discard(self)
+        if self._deltas is not None:
+            self._deltas.discard(self)
 
     async def _close_dependencies(self) -> None:
         """Dependencies are built per turn; release what they hold (connections)."""
@@ -347,7 +352,9 @@ class Turn:
                 "session_id": self.context.session_id,
             }
         )
-        self.buffer.publish(stamped)
+        event = self.buffer.publish(stamped)
+        if self._deltas is not None:
+            self._deltas.offer(self, event)
 
     # ------------------------------------------------------ state and resume
 
@@ -420,20 +427,28 @@ class Turn:
                 self._flush_failed,
             )
             if self.lease is not None and has_push(self._stores.recording):
-                workers.append(asyncio.create_task(self._watch_for_a_new_owner()))
+                workers.append(asyncio.create_task(self._listen()))
         if self._stores.agent_state is not None and self._resumables:
             workers.append(asyncio.create_task(self._checkpoint_loop()))
         return workers
 
-    async def _watch_for_a_new_owner(self) -> None:
-        """Cancel by push: when the conversation's epoch moves past ours (a cancel
+    async def _listen(self) -> None:
+        """What the conversation's channel tells the producer.
+
+        Cancel by push: when the conversation's epoch moves past ours (a cancel
         or a takeover on any replica), stop at once rather than at the next
-        write the stores would refuse."""
+        write the stores would refuse. And a follower's watch: publish this
+        turn's deltas for it (see ``DeltaPublisher``)."""
         lease, recording, k = self.lease, self._stores.recording, self.key
         assert lease is not None and recording is not None
         async with recording.subscribe(k.tenant, k.requester_uuid, k.session_id) as changes:
             while self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING):
                 heard = await changes.wait(self._settings.heartbeat_interval)
+                if StreamChange.WATCH in heard and self._deltas is not None:
+                    if self.writer.allows_recording():
+                        self._deltas.watch(
+                            self, k, self.message_id, self.writer.epoch, self.buffer.latest
+                        )
                 if StreamChange.SUPERVISION not in heard:
                     continue
                 try:
@@ -514,6 +529,8 @@ class Turn:
         ctx = self.context
         if ctx.stateful:
             await self._flush()
+            if self._deltas is not None:
+                await self._deltas.publish_now(self)
             await self.checkpoint()
             if self._stores.conversation is not None:
                 # Fenced and idempotent by message id: a resumed turn whose first

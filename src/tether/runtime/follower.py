@@ -1,35 +1,48 @@
-"""Follow a turn produced on another replica, through the recording and supervision rows.
+"""Follow a turn produced on another replica, through the stores and the producer's deltas.
 
 The recording holds only the newest cumulative message, flushed at most every
-0.5 s. A follower sends each newer snapshot as the event it is, at its own
-index: a stream id ``message_id:index`` always names the producer's message at
-that index, whichever replica a client reads it from. (An earlier follower
-paced a flush's growth out in invented steps at the indexes in between; a
-client reading the producer and a follower then got one id with two contents.
-Smoother following needs the producer's own messages between snapshots: the
-delta channel of issue 11.) It ends when the supervision row gives a verdict.
+0.5 s. Where the stores have a push channel, the follower also announces that
+it watches the turn, and the producer then publishes each new message as a
+delta (see ``tether.domain.stream_delta``), coalesced over 20 ms: the follower
+applies each delta onto the message it holds, in index order, and sends every
+index it learns at its own id. A stream id ``message_id:index`` always names
+the producer's message at that index, whichever replica a client reads it
+from. On a gap (a delta lost or too large, a follower that joined late) it
+reads the snapshot and goes on from there; a delta of an older epoch (a fenced
+producer) is ignored, one of a newer epoch makes it read the supervision row
+first. It ends when the supervision row gives a verdict.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta
 
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
+    HELD_DELTAS,
     ChangeSubscription,
     ChatStreamRecordingStore,
     RecordedStreamEvent,
+    StreamChange,
 )
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
 )
+from tether.domain.stream_delta import StreamDelta, apply_step
+from tether.runtime.delta_publisher import WATCH_SECONDS
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 Clock = Callable[[], datetime]
+
+_FLOWING = 0.25
+"""Seconds after its last delta that a follower still counts on deltas rather
+than snapshots (the producer publishes every 20 ms while it streams)."""
 
 _TERMINAL = {
     ChatStreamStatus.DONE: "done",
@@ -39,7 +52,8 @@ _TERMINAL = {
 
 
 class RecordingFollower:
-    """Reads one turn from the stores and yields what its client has not seen."""
+    """Reads one turn from the stores and the channel and yields what its client
+    has not seen."""
 
     def __init__(
         self,
@@ -51,6 +65,7 @@ class RecordingFollower:
         clock: Clock,
         dead_after: timedelta,
         poll_interval: float,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._recording = recording
         self._supervision = supervision
@@ -59,52 +74,163 @@ class RecordingFollower:
         self._clock = clock
         self._dead_after = dead_after
         self._poll_interval = poll_interval
-
-    async def _read(self) -> tuple[RecordedStreamEvent | None, ChatStreamSupervision | None]:
-        k = self._key
-        record = await self._recording.read(k.tenant, k.requester_uuid, k.session_id)
-        row = await self._supervision.read(k.tenant, k.requester_uuid, k.session_id)
-        if record is not None and record.message_id != self._message_id:
-            record = None
-        return record, row
+        self._monotonic = monotonic
+        # The producer's newest message this follower knows (from a snapshot or
+        # a delta), shown or held back, and the epoch that produced it.
+        self._known_index = -1
+        self._known: ChatMessage | None = None
+        self._known_epoch = -1
+        # What the client was sent.
+        self._sent_index = -1
+        self._sent: ChatMessage | None = None
+        # The current producer's epoch, from the newest supervision row read.
+        self._owner_epoch = -1
+        # Deltas that did not apply yet (ahead of what is known): they may once
+        # the snapshot has caught up.
+        self._ahead: deque[StreamDelta] = deque(maxlen=HELD_DELTAS)
+        self._new_gap = False
+        self._delta_at = float("-inf")
 
     async def follow(self, start_index: int = 0) -> AsyncIterator[StreamEvent | StreamEnd]:
         k = self._key
+        self._sent_index = start_index - 1
         # Subscribed before the first read, and level-triggered: a change that
         # lands while this follower hands an event out or reads is seen by its next
         # wait, so it never sleeps out the fallback interval with news waiting.
         async with self._recording.subscribe(k.tenant, k.requester_uuid, k.session_id) as changes:
-            async for item in self._follow(start_index, changes):
+            async for item in self._follow(changes):
                 yield item
 
-    async def _follow(
-        self, start_index: int, changes: ChangeSubscription
-    ) -> AsyncIterator[StreamEvent | StreamEnd]:
-        sent_index = start_index - 1
-        sent: ChatMessage | None = None
+    async def _follow(self, changes: ChangeSubscription) -> AsyncIterator[StreamEvent | StreamEnd]:
+        k = self._key
+        read_recording = read_row = True
+        watched_at: float | None = None
+        row_read_at = 0.0
         while True:
-            record, row = await self._read()
-            if record is not None and record.index > sent_index:
-                if is_regression(sent, record.message):
-                    # A takeover restarts from an older checkpoint: hold back until
-                    # the new producer has passed what this client already shows.
-                    sent_index = record.index
-                else:
-                    yield StreamEvent(record.index, record.message)
-                    sent, sent_index = record.message, record.index
-            end = self._verdict(row)
-            if end is not None:
-                if end.reason in ("done", "errored", "cancelled"):
-                    # The producer flushes before it writes the terminal status;
-                    # read once more so the final message is never missed.
-                    final, _ = await self._read()
-                    if final is not None and final.index > sent_index:
-                        yield StreamEvent(final.index, final.message)
-                yield end
-                return
+            now = self._monotonic()
+            if watched_at is None or now - watched_at > WATCH_SECONDS / 3:
+                await self._watch()
+                watched_at = now
+            if now - row_read_at >= self._poll_interval:
+                read_recording = read_row = True  # a dead producer announces nothing
+            if read_recording:
+                self._new_gap = False
+                record = await self._recording.read(k.tenant, k.requester_uuid, k.session_id)
+                for event in self._take_snapshot(record):
+                    yield event
+            if read_row:
+                row = await self._supervision.read(k.tenant, k.requester_uuid, k.session_id)
+                row_read_at = self._monotonic()
+                end = self._verdict(row)
+                if end is not None:
+                    if end.reason in ("done", "errored", "cancelled"):
+                        # The producer publishes its last deltas and flushes before
+                        # it writes the terminal status: apply those, then read the
+                        # snapshot once more so the final message is never missed.
+                        for event in self._apply_pending(changes):
+                            yield event
+                        final = await self._recording.read(k.tenant, k.requester_uuid, k.session_id)
+                        for event in self._take_snapshot(final, final=True):
+                            yield event
+                    yield end
+                    return
+                assert row is not None
+                self._owner_epoch = row.epoch
+            for event in self._apply_pending(changes):
+                yield event
+            if not read_row and any(d.epoch > self._owner_epoch for d in self._ahead):
+                # A delta of a newer producer than the row read: read them again.
+                read_recording = read_row = True
+                continue
+            if self._new_gap:
+                # A delta did not continue what is known: bridge from the snapshot
+                # now (once; later it waits for the next flush's announcement).
+                read_recording, read_row = True, False
+                continue
             # Push where the backend has it (PostgreSQL NOTIFY, Redis pub/sub);
             # the default subscription sleeps, which makes this a poll.
-            await changes.wait(self._poll_interval)
+            wait = max(0.0, self._poll_interval - (self._monotonic() - row_read_at))
+            heard = await changes.wait(wait)
+            # While deltas flow they are ahead of every snapshot: reading one would
+            # only let the client skip indexes the deltas are about to bring.
+            read_recording = StreamChange.RECORDING in heard and not self._flowing()
+            read_row = StreamChange.SUPERVISION in heard
+
+    def _flowing(self) -> bool:
+        """Whether deltas keep this follower up to date (one applied lately, none
+        waiting for a snapshot)."""
+        return not self._ahead and self._monotonic() - self._delta_at < _FLOWING
+
+    async def _watch(self) -> None:
+        """Ask the producer for its deltas (best effort: without them this
+        follower reads snapshots)."""
+        k = self._key
+        try:
+            await self._recording.announce_watch(k.tenant, k.requester_uuid, k.session_id)
+        except Exception:
+            return
+
+    def _take_snapshot(
+        self, record: RecordedStreamEvent | None, *, final: bool = False
+    ) -> Iterator[StreamEvent]:
+        if record is None or record.message_id != self._message_id:
+            return
+        if record.epoch < self._known_epoch or record.index <= self._known_index:
+            return  # older than what deltas already told
+        if not final and record.epoch == self._known_epoch and self._flowing():
+            return  # the deltas bring every index up to it, one by one
+        yield from self._learn(record.index, record.message, record.epoch)
+        yield from self._apply(self._take_ahead(), fresh=False)
+
+    def _take_ahead(self) -> list[StreamDelta]:
+        ahead = list(self._ahead)
+        self._ahead.clear()
+        return ahead
+
+    def _apply_pending(self, changes: ChangeSubscription) -> Iterator[StreamEvent]:
+        """Apply the deltas that waited for a snapshot, then the ones heard since."""
+        yield from self._apply(self._take_ahead(), fresh=False)
+        yield from self._apply(changes.take_deltas(), fresh=True)
+
+    def _apply(self, deltas: list[StreamDelta], *, fresh: bool) -> Iterator[StreamEvent]:
+        """Apply every delta that continues what is known; keep the ones ahead
+        (a ``fresh`` one kept is a new gap, to bridge from the snapshot)."""
+        for delta in deltas:
+            if delta.message_id != self._message_id or delta.epoch < self._owner_epoch:
+                continue  # another turn, or a fenced producer
+            if delta.epoch > self._owner_epoch:
+                self._ahead.append(delta)  # a new owner: read its row first
+                continue
+            for offset, step in enumerate(delta.steps):
+                index = delta.first_index + offset
+                same_epoch = delta.epoch == self._known_epoch
+                if same_epoch and index <= self._known_index:
+                    continue  # known already
+                if same_epoch and index == self._known_index + 1:
+                    message = apply_step(self._known, step)
+                else:
+                    message = apply_step(None, step)  # only a whole message starts afresh
+                if message is None:
+                    # A gap: wait for the snapshot to reach this far.
+                    rest = StreamDelta(delta.message_id, delta.epoch, index, delta.steps[offset:])
+                    self._ahead.append(rest)
+                    self._new_gap = self._new_gap or fresh
+                    break
+                self._delta_at = self._monotonic()
+                yield from self._learn(index, message, delta.epoch)
+
+    def _learn(self, index: int, message: ChatMessage, epoch: int) -> Iterator[StreamEvent]:
+        """The producer's message at ``index``: send it, unless the client has it."""
+        self._known_index, self._known, self._known_epoch = index, message, epoch
+        if index <= self._sent_index:
+            return
+        if is_regression(self._sent, message):
+            # A takeover restarts from an older checkpoint: hold back until
+            # the new producer has passed what this client already shows.
+            self._sent_index = index
+            return
+        self._sent_index, self._sent = index, message
+        yield StreamEvent(index, message)
 
     def _verdict(self, row: ChatStreamSupervision | None) -> StreamEnd | None:
         if row is None or row.message_id != self._message_id:
@@ -122,6 +248,11 @@ class RecordingFollower:
 def has_push(recording: ChatStreamRecordingStore) -> bool:
     """Whether the store announces changes itself (it overrides ``subscribe``)."""
     return type(recording).subscribe is not ChatStreamRecordingStore.subscribe
+
+
+def has_deltas(recording: ChatStreamRecordingStore) -> bool:
+    """Whether the store carries producers' deltas (it overrides ``publish_deltas``)."""
+    return type(recording).publish_deltas is not ChatStreamRecordingStore.publish_deltas
 
 
 def is_regression(sent: ChatMessage | None, new: ChatMessage) -> bool:

@@ -12,7 +12,13 @@ import psycopg
 from psycopg import AsyncConnection
 
 from tether.adapters.postgres import queries
-from tether.domain.chat_stream_recording_store import EVERYTHING, PendingChanges, StreamChange
+from tether.domain.chat_stream_recording_store import (
+    EVERYTHING,
+    PendingChanges,
+    StreamChange,
+    deliver,
+)
+from tether.domain.stream_delta import StreamDelta
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +27,7 @@ Connect = Callable[[], Awaitable[AsyncConnection[Any]]]
 _KINDS: Final = {
     queries.RECORDING_CHANGE: frozenset({StreamChange.RECORDING}),
     queries.SUPERVISION_CHANGE: frozenset({StreamChange.SUPERVISION}),
+    queries.WATCH: frozenset({StreamChange.WATCH}),
 }
 
 
@@ -28,11 +35,32 @@ def parse_payload(payload: str) -> tuple[str, frozenset[StreamChange]]:
     """The row key (hex) and the kinds of change a NOTIFY payload announces.
 
     ``<key hex>:r`` is a recording write, ``<key hex>:s`` a supervision write
-    that changed the epoch. A bare key (a replica of the previous release) or
-    an unknown kind announces both kinds: a spurious wake-up is harmless.
+    that changed the epoch, ``<key hex>:w`` a follower's watch and
+    ``<key hex>:d:<delta>`` a producer's delta (see :func:`delta_text`). A bare
+    key (a replica of the previous release) or an unknown kind announces both
+    kinds of write: a spurious wake-up is harmless.
     """
     key, _, kind = payload.partition(":")
+    if kind.startswith(queries.DELTA + ":"):
+        return key, frozenset({StreamChange.DELTA})
     return key, _KINDS.get(kind, EVERYTHING)
+
+
+def delta_text(payload: str) -> str:
+    """The encoded delta a ``<key hex>:d:<delta>`` payload carries (else ``""``)."""
+    _, _, rest = payload.partition(":")
+    prefix = queries.DELTA + ":"
+    return rest[len(prefix) :] if rest.startswith(prefix) else ""
+
+
+def delta_payload(key: bytes, delta: StreamDelta) -> str:
+    """The NOTIFY payload of ``delta`` for the conversation of row ``key``."""
+    return f"{key.hex()}:{queries.DELTA}:{delta.encode()}"
+
+
+def watch_payload(key: bytes) -> str:
+    """The NOTIFY payload of a follower's watch of the conversation of row ``key``."""
+    return f"{key.hex()}:{queries.WATCH}"
 
 
 class ChangeListener:
@@ -156,8 +184,9 @@ class ChangeListener:
 
     def _dispatch(self, payload: str) -> None:
         key, changes = parse_payload(payload)
-        for subscription in self._subscriptions.get(key, ()):
-            subscription.hear(changes)
+        subscriptions = self._subscriptions.get(key)
+        if subscriptions:  # most payloads are for turns nobody here reads
+            deliver(subscriptions, changes, delta_text(payload))
 
     def _stopped_listening(self) -> None:
         self._subscribed.clear()

@@ -43,6 +43,22 @@ RECORDING_CHANGE: Final = "r"
 SUPERVISION_CHANGE: Final = "s"
 """The payload's kind of a supervision write that changed the epoch, or a delete."""
 
+DELTA: Final = "d"
+"""The payload's kind of a producer's delta: ``<key hex>:d:<encoded StreamDelta>``."""
+
+WATCH: Final = "w"
+"""The payload's kind of a follower asking the producer for deltas."""
+
+MAX_PAYLOAD_BYTES: Final = 7999
+"""PostgreSQL refuses a NOTIFY payload of 8,000 bytes or more."""
+
+PUBLISH: Final = """
+SELECT pg_notify('tether_stream_changes', payload)
+  FROM unnest(%(payloads)s::text[]) AS payload
+"""
+"""Several notifications in one statement (one transaction, one round trip):
+producers' deltas and followers' watches, which go with no write."""
+
 LISTEN: Final = "LISTEN tether_stream_changes"
 
 # Schema bookkeeping ---------------------------------------------------------------------

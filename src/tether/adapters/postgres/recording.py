@@ -10,11 +10,13 @@ from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
 from tether.adapters.postgres._keys import check_ids, session_key, written_per_item
+from tether.adapters.postgres._notifications import delta_payload, watch_payload
 from tether.adapters.postgres._store import PostgresStore
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
     ChangeSubscription,
     ChatStreamRecordingStore,
+    DeltaPublication,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
@@ -145,6 +147,26 @@ class PostgresChatStreamRecordingStore(PostgresStore, ChatStreamRecordingStore):
         ``wait`` sleeps out its ``max_wait``: holders poll.
         """
         return self._database.subscribe(session_key(tenant, requester_uuid, session_id))
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Every delta as a NOTIFY, in one statement; a payload over PostgreSQL's
+        limit is left out (its followers bridge the gap from the snapshot)."""
+        payloads = []
+        for item in deltas:
+            payload = delta_payload(
+                session_key(item.tenant, item.requester_uuid, item.session_id), item.delta
+            )
+            if len(payload.encode()) <= queries.MAX_PAYLOAD_BYTES:
+                payloads.append(payload)
+        if payloads:
+            await self._database.execute(queries.PUBLISH, {"payloads": payloads})
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """NOTIFY the conversation's producer that a follower wants its deltas."""
+        payload = watch_payload(session_key(tenant, requester_uuid, session_id))
+        await self._database.execute(queries.PUBLISH, {"payloads": [payload]})
 
     async def listen(self) -> None:
         """Start the shared LISTEN connection now and wait until it is in effect

@@ -31,7 +31,13 @@ import redis.asyncio
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from tether.domain.chat_stream_recording_store import EVERYTHING, PendingChanges, StreamChange
+from tether.domain.chat_stream_recording_store import (
+    EVERYTHING,
+    PendingChanges,
+    StreamChange,
+    deliver,
+)
+from tether.domain.stream_delta import StreamDelta
 
 logger = logging.getLogger(__name__)
 
@@ -42,25 +48,41 @@ _RETRY_FIRST = 0.1
 _RETRY_CAP = 2.0
 
 
-_KINDS: Final = {"r": StreamChange.RECORDING, "s": StreamChange.SUPERVISION}
+_KINDS: Final = {
+    "r": StreamChange.RECORDING,
+    "s": StreamChange.SUPERVISION,
+    "w": StreamChange.WATCH,
+    "d": StreamChange.DELTA,
+}
 _CODES: Final = {change: code for code, change in _KINDS.items()}
 
 
 def announcement(conversation: str, change: StreamChange) -> str:
     """The message announcing a ``change`` of ``conversation``: the conversation,
-    a newline (which no escaped conversation contains) and ``r`` or ``s``."""
+    a newline (which no escaped conversation contains) and ``r``, ``s`` or ``w``."""
     return f"{conversation}\n{_CODES[change]}"
 
 
-def parse_announcement(message: str) -> tuple[str, frozenset[StreamChange]]:
-    """The conversation and the kinds of change a message announces. A bare
+def delta_announcement(conversation: str, delta: StreamDelta) -> str:
+    """The message carrying ``delta``: the conversation, a newline, ``d`` and the
+    encoded delta (JSON, which has no raw newline)."""
+    return f"{conversation}\nd{delta.encode()}"
+
+
+def parse_announcement(message: str) -> tuple[str, frozenset[StreamChange], str]:
+    """The conversation, the kinds of change a message announces, and the
+    encoded delta it carries (``""`` when it is not a delta). A bare
     conversation (a replica of the previous release) or an unknown kind
-    announces both kinds: a spurious wake-up is harmless."""
-    conversation, separator, code = message.rpartition("\n")
+    announces both kinds of write: a spurious wake-up is harmless."""
+    conversation, separator, code = message.partition("\n")
     if not separator:
-        return message, EVERYTHING
-    kind = _KINDS.get(code)
-    return conversation, EVERYTHING if kind is None else frozenset({kind})
+        return message, EVERYTHING, ""
+    kind = _KINDS.get(code[:1])
+    if kind is StreamChange.DELTA:
+        return conversation, frozenset({kind}), code[1:]
+    if kind is None or len(code) != 1:
+        return conversation, EVERYTHING, ""
+    return conversation, frozenset({kind}), ""
 
 
 class _Silent(Exception):
@@ -141,9 +163,10 @@ class ChangeFeed:
         )
 
     def _dispatch(self, message: str) -> None:
-        conversation, changes = parse_announcement(message)
-        for subscription in self._subscriptions.get(conversation, ()):
-            subscription.hear(changes)
+        conversation, changes, encoded = parse_announcement(message)
+        subscriptions = self._subscriptions.get(conversation)
+        if subscriptions:  # most messages are for turns nobody here reads
+            deliver(subscriptions, changes, encoded)
 
     def _stopped_listening(self) -> None:
         self._subscribed.clear()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tether.adapters.redis._changes import announcement
+from tether.adapters.redis._changes import announcement, delta_announcement
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
 from tether.domain.chat_stream_recording_store import (
     ChangeSubscription,
     ChatStreamRecordingStore,
+    DeltaPublication,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
@@ -146,6 +147,35 @@ class RedisChatStreamRecordingStore(RedisStore, ChatStreamRecordingStore):
         """
         layout = self._connection.keys
         return self._connection.subscribe(layout.conversation(tenant, requester_uuid, session_id))
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Every delta as a PUBLISH on the change channel, in one pipeline."""
+        if not deltas:
+            return
+        layout, client = self._connection.keys, self._connection.client
+
+        async def publish() -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                for item in deltas:
+                    conversation = layout.conversation(
+                        item.tenant, item.requester_uuid, item.session_id
+                    )
+                    pipe.publish(layout.channel, delta_announcement(conversation, item.delta))
+                await pipe.execute()
+
+        await self._connection.call("publish stream deltas", publish)
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """Tell the conversation's producer that a follower wants its deltas."""
+        layout, client = self._connection.keys, self._connection.client
+        message = announcement(
+            layout.conversation(tenant, requester_uuid, session_id), StreamChange.WATCH
+        )
+        await self._connection.call(
+            "announce a watch", lambda: client.publish(layout.channel, message)
+        )
 
     async def listen(self) -> None:
         """Start the change feed now and wait until its channel is subscribed

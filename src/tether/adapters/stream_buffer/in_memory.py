@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from tether.domain.chat_stream_recording_store import (
     ChangeSubscription,
     ChatStreamRecordingStore,
+    DeltaPublication,
     PendingChanges,
     RecordedStreamEvent,
     RecordingFencedError,
@@ -19,6 +20,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
 )
+from tether.domain.stream_delta import StreamDelta
 
 _Key = tuple[str, str, str]
 
@@ -46,6 +48,14 @@ class InMemoryChangeChannel:
     def announce(self, key: _Key, change: StreamChange) -> None:
         for subscription in self._subscriptions.get(key, ()):
             subscription.hear((change,))
+
+    def announce_delta(self, key: _Key, delta: StreamDelta) -> None:
+        # Through its encoding, as over a real channel: a subscriber never
+        # shares objects with the producer.
+        decoded = StreamDelta.decode(delta.encode())
+        for subscription in self._subscriptions.get(key, ()):
+            if decoded is not None:
+                subscription.hear_delta(decoded)
 
     def _drop(self, subscription: PendingChanges[_Key]) -> None:
         subscriptions = self._subscriptions.get(subscription.key)
@@ -198,6 +208,19 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         """Hear this conversation's puts (and, with a shared channel, its
         supervision store's epoch changes) from now on."""
         return self._channel.subscribe(_key(tenant, requester_uuid, session_id))
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Hand each delta to its conversation's subscribers."""
+        for item in deltas:
+            self._channel.announce_delta(
+                _key(item.tenant, item.requester_uuid, item.session_id), item.delta
+            )
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """Tell the conversation's subscribers (its producer) that a follower watches."""
+        self._channel.announce(_key(tenant, requester_uuid, session_id), StreamChange.WATCH)
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
