@@ -32,18 +32,29 @@ from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 
-def _registries(directory: Path, chunks_per_second: float, answer_chunks: int) -> Any:
+def _registries(
+    directory: Path, chunks_per_second: float, answer_chunks: int, chunk_size: int = 3
+) -> Any:
     setups = directory / "agent_setups.json"
     llm = {
         "seed": 3,
         "chunks_per_second": chunks_per_second,
-        "chunk_size": 3,
+        "chunk_size": chunk_size,
         "answer_chunks": answer_chunks,
     }
-    agent = {"agent_identifier": "bench", "agent_name": "long-writer"}
+    # ``bench``, and ``bench-warm``: the same in three unpaced deltas, to warm up with.
+    warm = {**llm, "chunks_per_second": 0, "answer_chunks": 3}
     setups.write_text(
         json.dumps(
-            [{**agent, "llm_configuration_name": "offline", "agent_configuration": {"llm": llm}}]
+            [
+                {
+                    "agent_identifier": identifier,
+                    "agent_name": "long-writer",
+                    "llm_configuration_name": "offline",
+                    "agent_configuration": {"llm": options},
+                }
+                for identifier, options in (("bench", llm), ("bench-warm", warm))
+            ]
         )
     )
     return LocalAgentRegistriesFactory(
@@ -53,22 +64,32 @@ def _registries(directory: Path, chunks_per_second: float, answer_chunks: int) -
     )
 
 
+def turn_stores(bundle: Any) -> TurnStores:
+    """The runtime's view of an opened bundle (every store on one backend)."""
+    kwargs = bundle.setup_kwargs()
+    return TurnStores(
+        agent_state=kwargs["agent_state_store"],
+        recording=kwargs["chat_stream_recording_store"],
+        supervision=kwargs["chat_stream_supervision_store"],
+        conversation=kwargs["chat_conversation_store"],
+    )
+
+
 async def measure(
-    backend: str, turns: int, chunks_per_second: float = 10, answer_chunks: int = 50
+    backend: str,
+    turns: int,
+    chunks_per_second: float = 10,
+    answer_chunks: int = 50,
+    chunk_size: int = 3,
 ) -> dict[str, Any]:
+    """``chunk_size`` is words per delta: 1 gives token-sized deltas (what an
+    OpenAI-compatible model streams)."""
     settings = TetherSettings(finished_turn_grace=1.0)
     with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
         bundle, opened = await open_bundle(url)
-        kwargs = bundle.setup_kwargs()  # type: ignore[attr-defined]
-        stores = TurnStores(
-            agent_state=kwargs["agent_state_store"],
-            recording=kwargs["chat_stream_recording_store"],
-            supervision=kwargs["chat_stream_supervision_store"],
-            conversation=kwargs["chat_conversation_store"],
-        )
         handler = ChatHandler(
-            _registries(Path(directory), chunks_per_second, answer_chunks),
-            stores,
+            _registries(Path(directory), chunks_per_second, answer_chunks, chunk_size),
+            turn_stores(bundle),
             settings,
             MessageBus(),
         )
@@ -85,6 +106,7 @@ async def measure(
     failures = [o for o in outcomes if isinstance(o, BaseException) or o != "done"]
     return {
         "turns": turns,
+        "chunk_size": chunk_size,
         "completed": turns - len(failures),
         "elapsed_s": elapsed,
         "delay": summary(delays),

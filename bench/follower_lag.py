@@ -24,13 +24,13 @@ class _PollOnly(ChatStreamRecordingStore):
     def __init__(self, inner: ChatStreamRecordingStore) -> None:
         self._inner = inner
 
-    async def put(self, tenant, requester_uuid, session_id, event):  # type: ignore[no-untyped-def]
+    async def put(self, tenant, requester_uuid, session_id, event):
         await self._inner.put(tenant, requester_uuid, session_id, event)
 
-    async def read(self, tenant, requester_uuid, session_id):  # type: ignore[no-untyped-def]
+    async def read(self, tenant, requester_uuid, session_id):
         return await self._inner.read(tenant, requester_uuid, session_id)
 
-    async def delete(self, tenant, requester_uuid, session_id, message_id):  # type: ignore[no-untyped-def]
+    async def delete(self, tenant, requester_uuid, session_id, message_id):
         await self._inner.delete(tenant, requester_uuid, session_id, message_id)
 
 
@@ -58,7 +58,7 @@ async def measure(backend: str, flushes: int) -> dict[str, dict[str, float]]:
     return results
 
 
-async def _lag(producer, follower_bundle, store, session, flushes, settings, mode):  # type: ignore[no-untyped-def]
+async def _lag(producer, follower_bundle, store, session, flushes, settings, mode):
     supervision = producer.chat_stream_supervision_store
     row = ChatStreamSupervision(
         status=ChatStreamStatus.RUNNING, heartbeat_at=datetime.now(UTC), message_id="m", epoch=1
