@@ -99,6 +99,9 @@ def test_an_append_has_nothing_to_apply_to_without_the_message_before() -> None:
 
 def test_a_subscription_holds_a_bounded_number_of_deltas_for_a_reader_that_never_reads() -> None:
     subscription: PendingChanges[str] = PendingChanges("k", lambda s: None)
+    subscription.hear_delta(StreamDelta("m", 1, 0, (Append("x"),)))
+    assert subscription.take_deltas() == []  # a producer's own subscription keeps none
+    subscription.want_deltas()
     for index in range(HELD_DELTAS * 4):
         subscription.hear_delta(StreamDelta("m", 1, index, (Append("x"),)))
     held = subscription.take_deltas()

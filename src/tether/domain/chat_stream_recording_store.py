@@ -87,6 +87,15 @@ class ChangeSubscription:
         await asyncio.sleep(max_wait)
         return frozenset()
 
+    wants_deltas = False
+    """Whether this subscription keeps the producer's deltas (``want_deltas``)."""
+
+    def want_deltas(self) -> None:
+        """Keep the producer's deltas for ``take_deltas`` (a follower does; a
+        producer, hearing its own conversation, does not, so its own deltas
+        are neither parsed nor held for it)."""
+        self.wants_deltas = True
+
     def take_deltas(self) -> list[StreamDelta]:
         """The deltas heard since the previous call, oldest first (a bounded
         number: when a holder falls behind the oldest are dropped, a gap it
@@ -140,7 +149,10 @@ class PendingChanges(ChangeSubscription, Generic[K]):
         self._heard.set()
 
     def hear_delta(self, delta: StreamDelta) -> None:
-        """A delta for this conversation (called by the channel)."""
+        """A delta for this conversation (called by the channel); kept only
+        if the holder wants deltas."""
+        if not self.wants_deltas:
+            return
         self._deltas.append(delta)
         self.hear((StreamChange.DELTA,))
 
@@ -180,15 +192,17 @@ def deliver(
     subscriptions: Iterable[PendingChanges[K]], changes: frozenset[StreamChange], delta: str
 ) -> None:
     """Hand one announcement from a channel to a conversation's subscriptions:
-    ``changes`` heard, or, for ``DELTA``, the encoded ``delta`` (decoded once;
-    one that does not parse is dropped, a gap its followers bridge)."""
+    ``changes`` heard, or, for ``DELTA``, the encoded ``delta`` to those that
+    want deltas (decoded once, and only if one does; one that does not parse
+    is dropped, a gap its followers bridge)."""
     if StreamChange.DELTA not in changes:
         for subscription in subscriptions:
             subscription.hear(changes)
         return
-    decoded = StreamDelta.decode(delta)
+    wanting = [subscription for subscription in subscriptions if subscription.wants_deltas]
+    decoded = StreamDelta.decode(delta) if wanting else None
     if decoded is not None:
-        for subscription in subscriptions:
+        for subscription in wanting:
             subscription.hear_delta(decoded)
 
 

@@ -98,6 +98,7 @@ class RecordingFollower:
         # lands while this follower hands an event out or reads is seen by its next
         # wait, so it never sleeps out the fallback interval with news waiting.
         async with self._recording.subscribe(k.tenant, k.requester_uuid, k.session_id) as changes:
+            changes.want_deltas()
             async for item in self._follow(changes):
                 yield item
 

@@ -15,6 +15,7 @@ from tether.domain.chat_stream_recording_store import (
     RecordingFencedError,
     RecordingPut,
     StreamChange,
+    deliver,
 )
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
@@ -52,10 +53,7 @@ class InMemoryChangeChannel:
     def announce_delta(self, key: _Key, delta: StreamDelta) -> None:
         # Through its encoding, as over a real channel: a subscriber never
         # shares objects with the producer.
-        decoded = StreamDelta.decode(delta.encode())
-        for subscription in self._subscriptions.get(key, ()):
-            if decoded is not None:
-                subscription.hear_delta(decoded)
+        deliver(self._subscriptions.get(key, ()), frozenset({StreamChange.DELTA}), delta.encode())
 
     def _drop(self, subscription: PendingChanges[_Key]) -> None:
         subscriptions = self._subscriptions.get(subscription.key)
