@@ -58,8 +58,13 @@ async def _follower_lag(backends: list[str], flushes: int) -> dict[str, Any]:
     return results
 
 
-async def _concurrent(backends: list[str], turns: int, chunk_size: int) -> dict[str, Any]:
-    results = {b: await concurrent_turns.measure(b, turns, chunk_size=chunk_size) for b in backends}
+async def _concurrent(
+    backends: list[str], turns: int, chunk_size: int, watched: bool
+) -> dict[str, Any]:
+    results = {
+        b: await concurrent_turns.measure(b, turns, chunk_size=chunk_size, watched=watched)
+        for b in backends
+    }
     rows = [
         [
             backend,
@@ -70,11 +75,22 @@ async def _concurrent(backends: list[str], turns: int, chunk_size: int) -> dict[
             r["max_renewal_gap_s"],
             r["false_dead"],
         ]
+        + (
+            [
+                round(r["deltas_per_second"]),
+                round(r["delta_batches_per_second"], 1),
+                r["delta_batch"]["median_ms"] if r["delta_batch"] else "",
+                r["delta_batch"]["p99_ms"] if r["delta_batch"] else "",
+            ]
+            if watched
+            else []
+        )
         for backend, r in results.items()
     ]
     print(
         f"\n### {turns} concurrent streamed turns on one replica "
-        f"({chunk_size} word{'s' if chunk_size > 1 else ''} per delta)\n"
+        f"({chunk_size} word{'s' if chunk_size > 1 else ''} per delta"
+        f"{', every turn watched' if watched else ''})\n"
     )
     print(
         table(
@@ -86,7 +102,12 @@ async def _concurrent(backends: list[str], turns: int, chunk_size: int) -> dict[
                 "p99 < 50 ms",
                 "max heartbeat gap s",
                 "false dead",
-            ],
+            ]
+            + (
+                ["deltas/s", "delta batches/s", "batch median ms", "batch p99 ms"]
+                if watched
+                else []
+            ),
             rows,
         )
     )
@@ -190,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         default=cross_replica.Pace.answer_chunks,
         help="cross-replica: deltas per turn",
     )
+    parser.add_argument(
+        "--watched",
+        action="store_true",
+        help="concurrent: every turn publishes its deltas, as if followed on another replica",
+    )
     parser.add_argument("--json", help="write the raw figures to this file")
     args = parser.parse_args(argv)
 
@@ -210,7 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         report["follower_lag"] = asyncio.run(_follower_lag(backends("follower-lag"), args.flushes))
     if args.which in ("concurrent", "all"):
         report["concurrent"] = asyncio.run(
-            _concurrent(backends("concurrent"), turns("concurrent"), chunk_size("concurrent"))
+            _concurrent(
+                backends("concurrent"),
+                turns("concurrent"),
+                chunk_size("concurrent"),
+                args.watched,
+            )
         )
     if args.which in ("cross-replica", "all"):
         pace = cross_replica.Pace(

@@ -81,9 +81,12 @@ async def measure(
     chunks_per_second: float = 10,
     answer_chunks: int = 50,
     chunk_size: int = 3,
+    watched: bool = False,
 ) -> dict[str, Any]:
     """``chunk_size`` is words per delta: 1 gives token-sized deltas (what an
-    OpenAI-compatible model streams)."""
+    OpenAI-compatible model streams). ``watched``: every turn publishes its
+    deltas on the store's channel, as when a follower on another replica
+    watches each of them (the channel's load at this many turns)."""
     settings = TetherSettings(finished_turn_grace=1.0)
     with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
         bundle, opened = await open_bundle(url)
@@ -95,9 +98,12 @@ async def measure(
         )
         delays: list[float] = []
         gaps = _instrument_gaps(handler)
+        publishes = _instrument_publishes(handler) if watched else []
         try:
             started = time.monotonic()
-            running = [asyncio.ensure_future(_one_turn(handler, i, delays)) for i in range(turns)]
+            running = [
+                asyncio.ensure_future(_one_turn(handler, i, delays, watched)) for i in range(turns)
+            ]
             outcomes = await asyncio.gather(*running, return_exceptions=True)
             elapsed = time.monotonic() - started
         finally:
@@ -112,6 +118,10 @@ async def measure(
         "delay": summary(delays),
         "max_renewal_gap_s": max(gaps, default=float("nan")),
         "false_dead": sum(1 for gap in gaps if gap > settings.dead_after),
+        "watched": watched,
+        "deltas_per_second": sum(n for n, _ in publishes) / elapsed if publishes else 0.0,
+        "delta_batches_per_second": len(publishes) / elapsed if publishes else 0.0,
+        "delta_batch": summary([seconds for _, seconds in publishes]) if publishes else None,
         "failures": [repr(f) for f in failures[:3]],
     }
 
@@ -137,7 +147,24 @@ def _instrument_gaps(handler: ChatHandler) -> list[float]:
     return gaps
 
 
-async def _one_turn(handler: ChatHandler, i: int, delays: list[float]) -> str:
+def _instrument_publishes(handler: ChatHandler) -> list[tuple[int, float]]:
+    """Record each delta batch the replica publishes: (deltas, seconds)."""
+    publishes: list[tuple[int, float]] = []
+    store = handler.stores.recording
+    if store is None or handler.deltas is None:
+        return publishes
+    original = store.publish_deltas
+
+    async def publish_deltas(deltas: Any) -> None:
+        started = time.monotonic()
+        await original(deltas)
+        publishes.append((len(deltas), time.monotonic() - started))
+
+    store.publish_deltas = publish_deltas  # type: ignore[method-assign]
+    return publishes
+
+
+async def _one_turn(handler: ChatHandler, i: int, delays: list[float], watched: bool) -> str:
     request = ChatRequest(
         tenant="bench",
         request_headers=RequestHeaders(requester_uuid="u"),
@@ -147,6 +174,9 @@ async def _one_turn(handler: ChatHandler, i: int, delays: list[float]) -> str:
         session_id=f"s{i}",
     )
     turn = await handler.start_turn(request)
+    if watched and handler.deltas is not None:
+        # As a follower's watch does, heard by the turn on its channel.
+        handler.deltas.watch(turn, turn.key, turn.message_id, turn.writer.epoch, None)
     reason = "?"
     async for item in turn.buffer.follow(0):
         if isinstance(item, StreamEvent):
