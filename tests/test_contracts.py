@@ -8,9 +8,10 @@ shares, a hook only it needs) belongs to its ``Backend`` in
 ``tests/support/backends.py``.
 
 Backends without a store of some kind, or whose rows no other process sees,
-are left out of that class's params (``CONVERSATION_BACKENDS``,
-``CROSS_PROCESS_BACKENDS``). The epoch contract with rows removed the way
-Redis's TTL removes them runs in ``test_redis_stores.py``.
+or without a clock of their own, are left out of that class's params
+(``CONVERSATION_BACKENDS``, ``CROSS_PROCESS_BACKENDS``, ``SERVER_TIME_BACKENDS``).
+The epoch contract with rows removed the way Redis's TTL removes them runs in
+``test_redis_stores.py``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from tests.support.backends import (
     CONVERSATION_BACKENDS,
     CROSS_PROCESS_BACKENDS,
+    SERVER_TIME_BACKENDS,
     Backend,
     recording_store_factory,
     supervision_store_factory,
@@ -37,9 +39,11 @@ from tether.testing.contracts import (
     ChatStreamRecordingFenceContract,
     ChatStreamRecordingStoreContract,
     ChatStreamStoresStateMachineContract,
+    ChatStreamSupervisionClockContract,
     ChatStreamSupervisionCrossProcessContract,
     ChatStreamSupervisionEpochContract,
     ChatStreamSupervisionLookupContract,
+    ChatStreamSupervisionStaleContract,
     ChatStreamSupervisionStoreContract,
     StoreFactory,
 )
@@ -50,6 +54,7 @@ only_conversation_backends = pytest.mark.parametrize(
 only_cross_process_backends = pytest.mark.parametrize(
     "backend", CROSS_PROCESS_BACKENDS, indirect=True
 )
+only_server_time_backends = pytest.mark.parametrize("backend", SERVER_TIME_BACKENDS, indirect=True)
 
 
 class _TrickyIdsOfTheBackend:
@@ -143,6 +148,19 @@ class TestConversationFence(ChatConversationFenceContract):
 
 
 class TestSupervisionLookups(ChatStreamSupervisionLookupContract):
+    @pytest.fixture
+    def store(self, bundle: StoreBundle) -> Any:
+        return bundle.chat_stream_supervision_store
+
+
+@only_server_time_backends
+class TestSupervisionClock(ChatStreamSupervisionClockContract):
+    @pytest.fixture
+    def store(self, bundle: StoreBundle) -> Any:
+        return bundle.chat_stream_supervision_store
+
+
+class TestSupervisionStaleTurns(ChatStreamSupervisionStaleContract):
     @pytest.fixture
     def store(self, bundle: StoreBundle) -> Any:
         return bundle.chat_stream_supervision_store

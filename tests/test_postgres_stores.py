@@ -37,8 +37,11 @@ from tether.adapters.postgres import (
     PostgresChatStreamRecordingStore,
     PostgresChatStreamSupervisionStore,
     PostgresDatabase,
+    migrations,
+    queries,
     stores_from_url,
 )
+from tether.adapters.postgres._keys import session_key
 from tether.cli.db import db_app
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
@@ -313,6 +316,47 @@ async def test_without_create_schema_open_refuses_an_old_schema(postgres_url: st
     await PostgresDatabase.from_url(postgres_url).upgrade()
     async with store:
         assert await store.read("t", "u", "s") is None
+
+
+async def test_an_existing_database_is_upgraded_to_list_dead_turns_by_their_index(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A database at version 3, with a turn already running in it.
+    with monkeypatch.context() as patched:
+        patched.setattr(migrations, "MIGRATIONS", MIGRATIONS[:3])
+        assert await PostgresDatabase.from_url(postgres_url).upgrade() == [1, 2, 3]
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute(
+            "INSERT INTO tether_stream_supervision "
+            "(key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch) "
+            "VALUES (%s, 't', '', 's', 'running', %s, 'm-old', 1)",
+            (session_key("t", None, "s"), _T0),
+        )
+    assert await PostgresDatabase.from_url(postgres_url).upgrade() == [4]
+    awkward = ["../../x", "a/b", "会話", "x" * 2_000, "Session"]
+    async with _supervision_store(f"{postgres_url}?create_schema=false") as store:
+        for number, value in enumerate(awkward, start=1):
+            row = _row(1, f"m-{number}", seconds=number)
+            assert await store.compare_and_swap(value, value, value, None, row)
+        listed = await store.list_stale_running(_T0.replace(second=59), limit=100)
+        assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [
+            ("t", None, "s"),
+            *[(value, value, value) for value in awkward],
+        ]
+        assert [t.supervision.message_id for t in listed] == [
+            "m-old",
+            *[f"m-{n}" for n in range(1, len(awkward) + 1)],
+        ]
+        assert await store.list_stale_running(_T0.replace(second=2), limit=100) == listed[:2]
+        assert await store.list_stale_running(_T0.replace(second=59), limit=0) == []
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute("SET enable_seqscan = off")  # a tiny table: ask for the index
+        cursor = await admin.execute(
+            "EXPLAIN " + queries.LIST_STALE_SUPERVISION, {"heartbeat_before": _T0, "limit": 10}
+        )
+        plan = "\n".join(row[0] for row in await cursor.fetchall())
+    assert "tether_stream_supervision_running_by_heartbeat" in plan, plan
+    assert "Sort" not in plan, plan
 
 
 def _cli() -> typer.Typer:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
@@ -29,6 +29,7 @@ from tether.adapters.redis import (
     RedisConnection,
     stores_from_url,
 )
+from tether.adapters.redis import supervision as redis_supervision
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.domain.chat_stream_supervision_store import (
@@ -365,6 +366,129 @@ async def test_a_resent_compare_and_swap_recognises_its_own_write(redis_url: str
             ]
         ) == [True, False]
         assert await store.read("t", "u", "s") == _row(3, "x")
+
+
+# Dead turns: the running set ---------------------------------------------------------
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _at(moment: datetime, epoch: int, message_id: str, status: ChatStreamStatus) -> Any:
+    return ChatStreamSupervision(
+        status=status, heartbeat_at=moment, message_id=message_id, epoch=epoch
+    )
+
+
+def _score(moment: datetime) -> float:
+    return float((moment - datetime(1970, 1, 1, tzinfo=UTC)) // _MICROSECOND)
+
+
+async def test_every_write_keeps_the_running_set_in_the_same_script(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    running, done = ChatStreamStatus.RUNNING, ChatStreamStatus.DONE
+    heartbeats = f"{_prefix(redis_url)}running-heartbeats"
+    t0 = datetime(2030, 1, 1, 0, 0, 0, 123_457, tzinfo=UTC)
+    client = cast(_CountingRedis, _CountingRedis.from_url(_server_url(redis_url)))
+    client.sent = []
+    async with RedisConnection(client, prefix=_prefix(redis_url), owns_client=True) as connection:
+        store = RedisChatStreamSupervisionStore(connection)
+        member = connection.keys.conversation("t", "u", "s")
+        assert await store.compare_and_swap("t", "u", "s", None, _at(t0, 1, "m-1", running))
+        assert raw.zrange(heartbeats, 0, -1, withscores=True) == [(member.encode(), _score(t0))]
+        # The batched heartbeat moves it; a refused swap does not.
+        later = t0 + timedelta(seconds=1, microseconds=1)
+        renewed = _at(later, 1, "m-1", running)
+        assert await store.compare_and_swap_many(
+            [
+                SupervisionSwap("t", "u", "s", 1, renewed),
+                SupervisionSwap("t", "u", "s", 7, _at(t0, 8, "m-x", running)),
+            ]
+        ) == [True, False]
+        assert raw.zscore(heartbeats, member) == _score(later)
+        assert await store.list_stale_running(t0, limit=10) == []  # the script is loaded
+        client.sent.clear()
+        listed = await store.list_stale_running(later + _MICROSECOND, limit=10)
+        assert client.sent == ["EVALSHA"]  # the set and the rows: one round trip
+        assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [("t", "u", "s")]
+        assert listed[0].supervision == renewed
+        # A verdict takes it out, a new turn's claim puts it back, a delete removes it.
+        assert await store.compare_and_swap("t", "u", "s", 1, _at(t0, 2, "m-1", done))
+        assert raw.zcard(heartbeats) == 0
+        assert await store.compare_and_swap("t", "u", "s", 2, _at(t0, 3, "m-2", running))
+        assert raw.zscore(heartbeats, member) == _score(t0)
+        await store.delete("t", "u", "s", "m-2", 2)  # refused: the row stays, and its member
+        assert raw.zscore(heartbeats, member) == _score(t0)
+        await store.delete("t", "u", "s", "m-2", 3)
+        assert raw.zcard(heartbeats) == 0
+        assert await store.list_stale_running(later, limit=10) == []
+
+
+async def test_dead_turns_are_listed_by_the_microsecond_with_their_exact_ids(
+    connection: RedisConnection,
+) -> None:
+    store = RedisChatStreamSupervisionStore(connection)
+    base = datetime(2030, 6, 1, 12, 0, 0, 999_990, tzinfo=UTC)
+    awkward = ["../../x", "a:b", "a/b", "100%", "{tag}", "会話", "\udc80", "x" * 2_000, ""]
+    for number, value in enumerate(awkward):
+        row = _at(base + number * _MICROSECOND, 1, f"m-{number}", ChatStreamStatus.RUNNING)
+        assert await store.compare_and_swap(value, value, value, None, row)
+    listed = await store.list_stale_running(base + len(awkward) * _MICROSECOND, limit=100)
+    assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [
+        (value, value or None, value) for value in awkward
+    ]
+    assert [t.supervision.message_id for t in listed] == [f"m-{n}" for n in range(len(awkward))]
+    # The bound is exclusive, to the microsecond.
+    assert await store.list_stale_running(base + 3 * _MICROSECOND, limit=100) == listed[:3]
+    assert await store.list_stale_running(base, limit=100) == []
+    assert await store.list_stale_running(base + _MICROSECOND, limit=0) == []
+    naive = (base + 2 * _MICROSECOND).replace(tzinfo=None)  # UTC, as heartbeats are
+    assert await store.list_stale_running(naive, limit=100) == listed[:2]
+
+
+async def test_members_without_a_listable_row_are_dropped_as_the_listing_meets_them(
+    redis_url: str, raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    running = ChatStreamStatus.RUNNING
+    prefix = _prefix(redis_url)
+    heartbeats = f"{prefix}running-heartbeats"
+    t0 = datetime(2030, 1, 1, tzinfo=UTC)
+    async with RedisConnection.from_url(redis_url) as connection:
+        store = RedisChatStreamSupervisionStore(connection)
+        layout = connection.keys
+        for n, session in enumerate(["expired", "foreign", "dead"]):
+            row = _at(t0 + timedelta(seconds=n), 1, f"m-{session}", running)
+            assert await store.compare_and_swap("t", "u", session, None, row)
+        # One row expired; another was last written by a script that keeps no
+        # set (an earlier release's, during a rolling deploy): its token moved on.
+        raw.delete(layout.supervision(layout.conversation("t", "u", "expired")))
+        raw.hset(layout.supervision(layout.conversation("t", "u", "foreign")), "token", "old")
+        listed = await store.list_stale_running(t0 + timedelta(minutes=1), limit=10)
+        assert [t.session_id for t in listed] == ["dead"]
+        assert raw.zrange(heartbeats, 0, -1) == [layout.conversation("t", "u", "dead").encode()]
+        # A current replica's write puts the foreign row back in the set.
+        renewed = _at(t0 + timedelta(seconds=5), 1, "m-foreign", running)
+        assert await store.compare_and_swap("t", "u", "foreign", 1, renewed)
+        listed = await store.list_stale_running(t0 + timedelta(minutes=1), limit=10)
+        assert [t.session_id for t in listed] == ["dead", "foreign"]
+        # A listing removes a bounded number of members; the next goes on.
+        monkeypatch.setattr(redis_supervision, "_CLEANUP", 2)
+        for n in range(5):
+            row = _at(t0 - timedelta(seconds=10 - n), 1, f"m-gone-{n}", running)
+            assert await store.compare_and_swap("t", "u", f"gone-{n}", None, row)
+            raw.delete(layout.supervision(layout.conversation("t", "u", f"gone-{n}")))
+        passes = [await store.list_stale_running(t0 + timedelta(minutes=1), limit=1)]
+        while not passes[-1]:
+            passes.append(await store.list_stale_running(t0 + timedelta(minutes=1), limit=1))
+        assert len(passes) == 3
+        assert [t.session_id for t in passes[-1]] == ["dead"]
+        assert raw.zcard(heartbeats) == 2
+        # A listed row that cannot be read back raises, and is left as it is.
+        dead = layout.supervision(layout.conversation("t", "u", "dead"))
+        raw.hset(dead, "row", '{"torn": ')
+        with pytest.raises(StoreCorruptedError, match="left as is"):
+            await store.list_stale_running(t0 + timedelta(minutes=1), limit=10)
+        assert raw.hget(dead, "row") == b'{"torn": '
 
 
 async def test_wait_for_change_wakes_on_writes_from_another_connection(redis_url: str) -> None:

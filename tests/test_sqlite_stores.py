@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import closing, contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from tether.domain.chat_stream_supervision_store import (
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
 from tether.stores import StoreURLError
-from tether.testing.contracts import ManualClock
+from tether.testing.contracts import TRICKY_IDS, ManualClock
 
 
 @pytest.fixture
@@ -120,6 +121,61 @@ async def test_a_schema_newer_than_this_tether_is_refused(db_path: Path) -> None
     with pytest.raises(StoreError, match="newer than this tether"):
         await SQLiteDatabase(db_path).open()
     assert _sqlite_threads() == []
+
+
+async def test_an_upgraded_file_lists_its_dead_turns_by_the_heartbeat_index(
+    db_path: Path,
+) -> None:
+    # Up to schema version 3 a heartbeat is only isoformat() text, its fraction
+    # left out when zero; migration 4 derives heartbeat_us from it, exactly.
+    moments = [
+        datetime(2001, 1, 1, 0, 0, 1, tzinfo=UTC),
+        datetime(2001, 1, 1, 0, 0, 0, 999_999, tzinfo=UTC),
+        datetime(2001, 1, 1, 0, 0, 1, 1, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 5, tzinfo=UTC),
+    ]
+    with _raw(db_path) as raw:
+        for migration in queries.MIGRATIONS[:3]:
+            for statement in migration:
+                raw.execute(statement)
+        raw.execute(queries.set_user_version(3))
+        for number, moment in enumerate(moments):
+            raw.execute(
+                "INSERT INTO stream_supervision VALUES (?, ?, ?, 1, ?, 'running', ?)",
+                (b"t", b"", f"s-{number}".encode(), f"m-{number}".encode(), moment.isoformat()),
+            )
+    async with SQLiteDatabase(db_path) as database:
+        store = SQLiteChatStreamSupervisionStore(database)
+        listed = await store.list_stale_running(moments[2], limit=10)
+        assert [t.session_id for t in listed] == ["s-3", "s-1", "s-0"]
+        assert [t.supervision.heartbeat_at for t in listed] == [moments[3], moments[1], moments[0]]
+        assert {(t.tenant, t.requester_uuid) for t in listed} == {("t", None)}
+        assert len(await store.list_stale_running(moments[2], limit=2)) == 2
+    with _raw(db_path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone() == (queries.SCHEMA_VERSION,)
+        values = {"running": "running", "before_us": 0, "limit": 10}
+        plan = str(
+            raw.execute(f"EXPLAIN QUERY PLAN {queries.SUPERVISION_LIST_STALE}", values).fetchall()
+        )
+    # A range read of the index, in its order: no scan, no sort.
+    assert "USING INDEX stream_supervision_by_heartbeat" in plan
+    assert "TEMP B-TREE" not in plan
+
+
+async def test_dead_turns_are_listed_with_their_exact_ids(database: SQLiteDatabase) -> None:
+    store = SQLiteChatStreamSupervisionStore(database)
+    ids = [*TRICKY_IDS, "x" * 2_000, "\udc80"]
+    for number, value in enumerate(ids):
+        row = _ROW.model_copy(
+            update={"heartbeat_at": _ROW.heartbeat_at + timedelta(microseconds=number)}
+        )
+        assert await store.compare_and_swap(value, value, value, None, row)
+    naive_bound = (_ROW.heartbeat_at + timedelta(seconds=1)).replace(tzinfo=None)
+    listed = await store.list_stale_running(naive_bound, limit=1_000)
+    assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [
+        (value, value or None, value) for value in ids
+    ]
+    assert await store.list_stale_running(naive_bound, limit=0) == []
 
 
 async def test_transcripts_and_checkpoints_are_fsynced_stream_rows_are_not(

@@ -6,9 +6,12 @@ The contract kit over every shipped backend runs in ``test_contracts.py``.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +273,7 @@ async def test_every_operation_is_one_thread_call(
         lambda: stores.state.delete("t", "u", "s"),
         lambda: stores.supervision.compare_and_swap("t", "u", "s", None, _ROW),
         lambda: stores.supervision.read("t", "u", "s"),
+        lambda: stores.supervision.list_stale_running(_ROW.heartbeat_at, 10),
         lambda: stores.supervision.delete("t", "u", "s", "m-1", 1),
         lambda: stores.recording.put("t", "u", "s", _EVENT),
         lambda: stores.recording.read("t", "u", "s"),
@@ -346,3 +350,102 @@ def test_read_json_is_none_only_for_a_missing_file(tmp_path: Path) -> None:
     (tmp_path / "empty.json").write_bytes(b"")
     with pytest.raises(StoreCorruptedError):
         _files.read_json(tmp_path / "empty.json")
+
+
+# Dead turns (list_stale_running) ------------------------------------------------------
+
+
+def _running(heartbeat_offset: float, message_id: str, epoch: int = 1) -> ChatStreamSupervision:
+    return _ROW.model_copy(
+        update={
+            "heartbeat_at": _ROW.heartbeat_at + timedelta(seconds=heartbeat_offset),
+            "message_id": message_id,
+            "epoch": epoch,
+        }
+    )
+
+
+async def test_dead_turns_are_listed_with_their_exact_ids(tmp_path: Path) -> None:
+    # Ids are escaped in the path, and a long one hashed: the document keeps them.
+    store = LocalFileChatStreamSupervisionStore(tmp_path)
+    ids = [*TRICKY_IDS, "x" * 2_000, "\udc80"]
+    for number, value in enumerate(ids):
+        row = _running(-100 + number / 1_000, f"m-{number}")
+        assert await store.compare_and_swap(value, value, value, None, row)
+    listed = await store.list_stale_running(_ROW.heartbeat_at, limit=1_000)
+    assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [
+        (value, value or None, value) for value in ids
+    ]
+    assert [t.supervision.message_id for t in listed] == [f"m-{n}" for n in range(len(ids))]
+
+
+async def test_a_row_written_before_documents_kept_their_ids_is_listed_by_its_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = LocalFileChatStreamSupervisionStore(tmp_path)
+    long_id = "y" * 500
+    for tenant, session in [("a/b", "会話"), ("t", long_id)]:
+        assert await store.compare_and_swap(tenant, None, session, None, _running(-10, session))
+        path = _files.row_files(tmp_path, "stream-supervision", tenant, "", session).data
+        document = json.loads(path.read_bytes())
+        for key in ("tenant", "requester_uuid", "session_id"):
+            del document[key]
+        path.write_text(json.dumps(document, separators=(",", ":")))
+    with caplog.at_level(logging.WARNING, logger=local_file_supervision.__name__):
+        listed = await store.list_stale_running(_ROW.heartbeat_at, limit=10)
+    # The hashed name does not give its id back: that row waits for a client.
+    assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [("a/b", None, "会話")]
+    assert "hashed path" in caplog.text
+
+
+async def test_only_candidates_are_parsed_and_tombstones_not_even_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalFileChatStreamSupervisionStore(tmp_path)
+    assert await store.compare_and_swap("t", "u", "dead", None, _running(-10, "m-dead"))
+    assert await store.compare_and_swap("t", "u", "live", None, _running(0, "m-live"))
+    done = _running(-20, "m-done", 2).model_copy(update={"status": ChatStreamStatus.DONE})
+    assert await store.compare_and_swap("t", "u", "done", None, done)
+    assert await store.compare_and_swap("t", "u", "gone", None, _running(-30, "m-gone"))
+    await store.delete("t", "u", "gone", "m-gone", 1)  # leaves a tombstone
+    parsed: list[str] = []
+    read: list[str] = []
+    real_parse, real_read = local_file_supervision.parse_json, Path.read_bytes
+
+    def counting_parse(path: Path, raw: bytes) -> Any:
+        parsed.append(path.name)
+        return real_parse(path, raw)
+
+    def counting_read(path: Path) -> bytes:
+        read.append(path.name)
+        return real_read(path)
+
+    monkeypatch.setattr(local_file_supervision, "parse_json", counting_parse)
+    monkeypatch.setattr(Path, "read_bytes", counting_read)
+    listed = await store.list_stale_running(_ROW.heartbeat_at - timedelta(seconds=5), limit=10)
+    assert [t.session_id for t in listed] == ["dead"]
+    assert parsed == ["dead.json"]
+    assert sorted(read) == ["dead.json", "done.json", "live.json"]
+
+
+async def test_a_document_in_another_layout_is_parsed_and_a_corrupt_candidate_raises(
+    tmp_path: Path,
+) -> None:
+    store = LocalFileChatStreamSupervisionStore(tmp_path)
+    assert await store.compare_and_swap("t", "u", "s", None, _running(-10, "m-1"))
+    path = _files.row_files(tmp_path, "stream-supervision", "t", "u", "s").data
+    # Written with spaces (by hand, another tool): the byte look does not
+    # match, so the document is parsed, never skipped.
+    path.write_text(json.dumps(json.loads(path.read_bytes()), indent=1))
+    listed = await store.list_stale_running(_ROW.heartbeat_at, limit=10)
+    assert [t.session_id for t in listed] == ["s"]
+    damage = b'{"status":"running","heartbeat_at":"2001-01-01T00:00:00Z","epoch":"x"}'
+    path.write_bytes(damage)
+    with pytest.raises(StoreCorruptedError, match="left as is"):
+        await store.list_stale_running(_ROW.heartbeat_at, limit=10)
+    assert path.read_bytes() == damage
+
+
+async def test_no_directory_yet_lists_nothing(tmp_path: Path) -> None:
+    store = LocalFileChatStreamSupervisionStore(tmp_path / "missing")
+    assert await store.list_stale_running(_ROW.heartbeat_at, limit=10) == []

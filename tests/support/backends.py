@@ -48,6 +48,8 @@ class Backend:
     """Whether the backend serves a conversation store."""
     shared_by_processes: ClassVar[bool] = True
     """Whether other processes see its rows (not so in memory)."""
+    has_server_time: ClassVar[bool] = False
+    """Whether its supervision store reads its own clock (``server_time``)."""
 
     def shared(self) -> AbstractContextManager[str | None]:
         """What all the tests of a module may share (a database); default: nothing."""
@@ -121,6 +123,7 @@ class _SQLite(_Database):
 class _Postgres(_Database):
     name = "postgres"
     tricky_ids = POSTGRES_TRICKY_IDS
+    has_server_time = True
 
     def shared(self) -> AbstractContextManager[str | None]:
         return postgres_database()  # one database serves all the tests of a module
@@ -134,6 +137,7 @@ class _Postgres(_Database):
 class _Redis(Backend):
     name = "redis"
     has_conversations = False
+    has_server_time = True
 
     @contextlib.contextmanager
     def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
@@ -159,6 +163,10 @@ CONVERSATION_BACKENDS = [param for param in BACKENDS if param.values[0].has_conv
 
 CROSS_PROCESS_BACKENDS = [param for param in BACKENDS if param.values[0].shared_by_processes]
 """The backends whose rows several processes share (all but memory)."""
+
+SERVER_TIME_BACKENDS = [param for param in BACKENDS if param.values[0].has_server_time]
+"""The backends with a clock of their own (PostgreSQL, Redis); the others are
+on one host and replicas keep the local clock."""
 
 
 class SharedPlaces:

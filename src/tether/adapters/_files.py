@@ -59,6 +59,7 @@ _MAX_COMPONENT = 150
 # so they can never equal the encoding of some other id.
 _EMPTY_MARKER = "%none"
 _HASHED_MARKER = "%sha256-"
+_UPPER_HEX = frozenset("0123456789ABCDEF")
 
 
 def encode_component(value: str) -> str:
@@ -79,6 +80,33 @@ def encode_component(value: str) -> str:
     if len(encoded) > _MAX_COMPONENT:
         return _HASHED_MARKER + hashlib.sha256(_utf8(value)).hexdigest()
     return encoded
+
+
+def decode_component(name: str) -> str | None:
+    """The id ``encode_component`` turned into ``name``; None for a hashed name
+    (the id is not in it) or a name it cannot have produced."""
+    if name == _EMPTY_MARKER:
+        return ""
+    if name.startswith(_HASHED_MARKER):
+        return None
+    raw = bytearray()
+    position = 0
+    while position < len(name):
+        char = name[position]
+        if char in _VERBATIM:
+            raw += char.encode("ascii")
+            position += 1
+            continue
+        escape = name[position + 1 : position + 3]
+        if char != "%" or len(escape) != 2 or not set(escape) <= _UPPER_HEX:
+            return None
+        raw.append(int(escape, 16))
+        position += 3
+    try:
+        value = bytes(raw).decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return None
+    return value if value and encode_component(value) == name else None
 
 
 def store_root(base_path: str | os.PathLike[str]) -> Path:
@@ -153,6 +181,11 @@ def read_json(path: Path) -> Any | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    return parse_json(path, raw)
+
+
+def parse_json(path: Path, raw: bytes) -> Any:
+    """The document ``raw``, read from ``path``; raises as ``read_json`` does."""
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -45,6 +45,17 @@ class ChatStreamSupervision(BaseModel):
 
 
 @dataclass(frozen=True)
+class StaleTurn:
+    """A RUNNING row whose heartbeat is old (see ``list_stale_running``), with
+    the conversation it belongs to."""
+
+    tenant: str
+    requester_uuid: str | None
+    session_id: str
+    supervision: ChatStreamSupervision
+
+
+@dataclass(frozen=True)
 class SupervisionSwap:
     """One compare-and-swap of a batch (see ``compare_and_swap_many``)."""
 
@@ -146,5 +157,33 @@ class ChatStreamSupervisionStore(ABC):
         clients send it) and still find it on any replica. The shipped
         backends answer with one indexed read. The default raises
         ``NotImplementedError``: the server then asks for the ``session_id``.
+        """
+        raise NotImplementedError
+
+    async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
+        """RUNNING rows whose heartbeat is older than ``heartbeat_before``,
+        oldest heartbeat first, at most ``limit`` of them.
+
+        Optional: lets every replica find turns whose producer died (to take
+        them over, or end them) without a client coming back, at a cost that
+        does not grow with the number of live turns: the shipped backends
+        answer from an index on the heartbeat (SQL), a sorted set (Redis), or
+        a scan of one directory (the file store, on one host). The default
+        raises ``NotImplementedError``: the server then leaves dead turns to
+        the client-driven resume, and says so at start-up.
+        """
+        raise NotImplementedError
+
+    async def server_time(self) -> datetime:
+        """The store's own clock, now, as an aware UTC datetime.
+
+        Optional: where replicas on several hosts share the store, it is the
+        one clock they all can read, so heartbeats are stamped and judged by
+        it and replicas whose clocks disagree never read a live producer as
+        dead, nor a dead one as alive (``tether.runtime.clock``). PostgreSQL
+        answers ``clock_timestamp()``, Redis ``TIME``. The default raises
+        ``NotImplementedError``: each replica then uses its own clock, which
+        is exact on one host (SQLite, the file store) and as good as NTP
+        keeps the hosts otherwise.
         """
         raise NotImplementedError

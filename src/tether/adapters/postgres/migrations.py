@@ -207,6 +207,20 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        version=4,
+        description="running turns by heartbeat",
+        statements=(
+            # Dead turns (list_stale_running): the RUNNING rows, oldest heartbeat
+            # first. Partial, so finished rows cost nothing and a scan stops at
+            # the first live heartbeat, however many live turns there are.
+            """
+            CREATE INDEX tether_stream_supervision_running_by_heartbeat
+            ON tether_stream_supervision (heartbeat_at, key)
+            WHERE status = 'running'
+            """,
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -143,6 +143,18 @@ LIMIT 1
 """
 """The requester's row holding a turn; served by the hash index on ``message_id``."""
 
+LIST_STALE_SUPERVISION: Final = """
+SELECT tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch
+FROM tether_stream_supervision
+WHERE status = 'running' AND heartbeat_at < %(heartbeat_before)s
+ORDER BY heartbeat_at, key
+LIMIT %(limit)s
+"""
+"""RUNNING rows whose heartbeat is older than the bound, oldest first: an ordered
+scan of the partial index ``tether_stream_supervision_running_by_heartbeat``.
+The status is a literal, never a parameter: only then can the planner (also a
+prepared statement's generic plan) prove the index's ``WHERE`` clause."""
+
 LAST_SUPERVISION_EPOCH: Final = """
 SELECT greatest(
     (SELECT epoch FROM tether_stream_supervision_epoch WHERE key = %(key)s),
@@ -550,3 +562,7 @@ ORDER BY updated_at DESC, key DESC
 LIMIT %(limit)s
 """
 """A later page: everything strictly after the cursor's ``(updated_at, key)``."""
+
+SERVER_TIME: Final = "SELECT clock_timestamp() AS now"
+"""The server's clock as it reads now (``now()`` would be the transaction's
+start): what replicas stamp and judge heartbeats by (``server_time``)."""

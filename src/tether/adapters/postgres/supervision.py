@@ -4,6 +4,7 @@ transaction of its own)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncCursor
@@ -17,6 +18,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    StaleTurn,
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError
@@ -169,6 +171,30 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         )
         return None if row is None else str(row["session_id"])
 
+    async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
+        """RUNNING rows whose heartbeat is older than ``heartbeat_before``, oldest
+        first, at most ``limit``: one ordered read of the partial index
+        ``tether_stream_supervision_running_by_heartbeat``, which stops at the
+        first heartbeat not older, so live turns cost nothing. A naive bound is
+        UTC, as a row's heartbeat is; a listed row that cannot be read back
+        raises ``StoreCorruptedError``."""
+        if limit <= 0:
+            return []
+        if heartbeat_before.tzinfo is None:
+            heartbeat_before = heartbeat_before.replace(tzinfo=UTC)
+        rows = await self._database.fetch_all(
+            queries.LIST_STALE_SUPERVISION, {"heartbeat_before": heartbeat_before, "limit": limit}
+        )
+        return [_stale_turn(row) for row in rows]
+
+    async def server_time(self) -> datetime:
+        """The server's clock (``clock_timestamp()``), in UTC: one round trip."""
+        row = await self._database.fetch_one(queries.SERVER_TIME, {})
+        if row is None or not isinstance(row["now"], datetime):
+            raise StoreError("PostgreSQL did not answer clock_timestamp() with a time")
+        now: datetime = row["now"]
+        return now.astimezone(UTC)
+
     async def delete(
         self,
         tenant: str,
@@ -184,6 +210,20 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         await self._database.execute(
             queries.DELETE_SUPERVISION, {"key": key, "message_id": message_id, "epoch": epoch}
         )
+
+
+def _stale_turn(row: DictRow) -> StaleTurn:
+    ids = (row["tenant"], row["requester_uuid"], row["session_id"])
+    try:
+        supervision = ChatStreamSupervision.model_validate(
+            {field: row[field] for field in ("status", "heartbeat_at", "message_id", "epoch")}
+        )
+    except ValidationError as error:
+        raise StoreCorruptedError(
+            f"tether_stream_supervision row for {ids!r} is not a valid supervision row "
+            f"({error}); left as is"
+        ) from error
+    return StaleTurn(ids[0], ids[1] or None, ids[2], supervision)
 
 
 def _is_heartbeat(expected_epoch: int | None, supervision: ChatStreamSupervision) -> bool:

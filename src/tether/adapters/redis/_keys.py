@@ -7,7 +7,7 @@ percent signs, NUL bytes or newlines cannot collide, and the keys stay readable
 in ``redis-cli``. The rows of one conversation are then::
 
     {prefix}agent-state:{conversation}          string, the checkpoint JSON
-    {prefix}stream-supervision:{conversation}   hash: epoch, message_id, row, token
+    {prefix}stream-supervision:{conversation}   hash: epoch, message_id, row, token, indexed
     {prefix}stream-recording:{conversation}     hash: epoch, message_id, event
 
 each beside a decimal string that the scripts raise in the same step as every
@@ -22,6 +22,16 @@ and, with its supervision row's TTL, one key per turn for ``find_by_message_id``
 
     {prefix}supervision-message:{tenant}:{requester}:{message_id}   the session id
 
+and, for ``list_stale_running``, one sorted set of the conversations whose
+supervision row is RUNNING, scored by the heartbeat in microseconds since 1970
+(exact in a double up to 2^53, the year 2255), kept by the supervision scripts
+in the same step as the row (the row's hash then has a field ``indexed`` too)::
+
+    {prefix}running-heartbeats                  zset: {conversation} by heartbeat
+
+Keys carry no hash tag of their own (ids are percent-encoded, ``{`` too); a
+prefix with one (``{tether}:``) puts every key, the set included, in one slot.
+
 Every write to a recording, and every write to a supervision row that changes
 its epoch or deletes it (not a heartbeat), publishes ``{conversation}``, a
 newline and the kind of change (``r`` or ``s``) on the one channel
@@ -31,7 +41,7 @@ newline and the kind of change (``r`` or ``s``) on the one channel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 DEFAULT_PREFIX = "tether:"
 
@@ -43,6 +53,11 @@ def encode_part(value: str) -> str:
     storable and distinct.
     """
     return quote(value.encode("utf-8", "surrogatepass"), safe="")
+
+
+def decode_part(value: str) -> str:
+    """The inverse of ``encode_part``."""
+    return unquote(value, errors="surrogatepass")
 
 
 @dataclass(frozen=True)
@@ -60,6 +75,19 @@ class KeyLayout:
         """The escaped conversation id; a missing requester is ``""``."""
         parts = (tenant, requester_uuid or "", session_id)
         return ":".join(encode_part(part) for part in parts)
+
+    @staticmethod
+    def conversation_ids(conversation: str) -> tuple[str, str | None, str]:
+        """``conversation``'s ids back: ``(tenant, requester_uuid, session_id)``,
+        a missing requester as None. Raises ``ValueError`` for anything that
+        ``conversation`` did not make."""
+        tenant, requester, session = (decode_part(part) for part in conversation.split(":"))
+        return tenant, requester or None, session
+
+    @property
+    def running_heartbeats(self) -> str:
+        """The sorted set of conversations with a RUNNING row, by heartbeat."""
+        return f"{self.prefix}running-heartbeats"
 
     def agent_state(self, conversation: str) -> str:
         return f"{self.prefix}agent-state:{conversation}"

@@ -22,6 +22,7 @@ from redis.exceptions import NoScriptError
 _NAMES = (
     "supervision_cas",
     "supervision_delete",
+    "supervision_stale",
     "recording_put",
     "recording_delete",
     "recording_fence",
@@ -63,6 +64,9 @@ class Scripts:
 
     async def supervision_delete(self, keys: list[str], args: list[str | int]) -> Any:
         return await self._run("supervision_delete", keys, args)
+
+    async def supervision_stale(self, keys: list[str], args: list[str | int]) -> Any:
+        return await self._run("supervision_stale", keys, args)
 
     async def recording_put(self, keys: list[str], args: list[str | int]) -> Any:
         return await self._run("recording_put", keys, args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
 
 from tether.adapters.redis._changes import announcement
@@ -11,10 +12,20 @@ from tether.adapters.redis._keys import encode_part
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
 from tether.domain.chat_stream_recording_store import StreamChange
 from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    StaleTurn,
     SupervisionSwap,
 )
+
+_UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+_CLEANUP = 1_000
+"""At most this many members without a listable row are removed from the
+running set by one ``list_stale_running`` call (a Lua script blocks the server
+while it runs); the next call goes on."""
 
 
 class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
@@ -40,6 +51,13 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     A call the client resends after losing the reply (the driver retries once on
     a timeout) recognises its own earlier write by a per-call token and reports
     it as written, instead of refusing it as a stale epoch.
+
+    ``{prefix}running-heartbeats``, one sorted set, holds the conversations
+    whose row is RUNNING, scored by the heartbeat in microseconds: the same
+    script that writes a row adds or removes its conversation, so the set
+    never disagrees with a row it lists, and ``list_stale_running`` reads the
+    oldest members and their rows in one script. Members whose row expired
+    are removed when a listing meets them.
     """
 
     async def compare_and_swap(
@@ -129,6 +147,51 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
             holding = holding.decode("utf-8", "surrogatepass")
         return session_id if holding == message_id else None
 
+    async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
+        """RUNNING rows whose heartbeat is older than ``heartbeat_before``, oldest
+        first, at most ``limit``: one script reads the oldest members of the
+        running set and their rows (one round trip), removing on its way the
+        members whose row expired. A naive bound is UTC, as a row's heartbeat
+        is; a listed row that cannot be read back raises ``StoreCorruptedError``."""
+        if limit <= 0:
+            return []
+        if heartbeat_before.tzinfo is None:
+            heartbeat_before = heartbeat_before.replace(tzinfo=UTC)
+        layout = self._connection.keys
+        keys = [layout.running_heartbeats]
+        args: list[str | int] = [
+            layout.supervision(""),  # a row's key is this and its conversation
+            _microseconds(heartbeat_before),
+            limit,
+            _CLEANUP,
+        ]
+        scripts = self._connection.scripts
+        found = await self._connection.call(
+            "list dead turns", lambda: scripts.supervision_stale(keys, args)
+        )
+        stale: list[StaleTurn] = []
+        for member, epoch, document in zip(found[0::3], found[1::3], found[2::3], strict=True):
+            conversation = member.decode("utf-8") if isinstance(member, bytes) else str(member)
+            key = layout.supervision(conversation)
+            row = parse_row(ChatStreamSupervision, document, epoch, key)
+            try:
+                tenant, requester_uuid, session_id = layout.conversation_ids(conversation)
+            except ValueError as error:
+                problem = f"holds a member that names no conversation: {conversation[:200]!r}"
+                raise corrupt(layout.running_heartbeats, problem) from error
+            # The script's set is exact; the row itself has the last word.
+            if row.status is ChatStreamStatus.RUNNING and row.heartbeat_at < heartbeat_before:
+                stale.append(StaleTurn(tenant, requester_uuid, session_id, row))
+        return stale
+
+    async def server_time(self) -> datetime:
+        """The server's clock (``TIME``), in UTC: one round trip."""
+        client = self._connection.client
+        seconds, microseconds = await self._connection.call(
+            "read the server's time", lambda: client.time()
+        )
+        return datetime.fromtimestamp(int(seconds), UTC) + timedelta(microseconds=int(microseconds))
+
     async def delete(
         self,
         tenant: str,
@@ -146,11 +209,13 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
             str(epoch),
             layout.channel,
             announcement(conversation, StreamChange.SUPERVISION),
+            conversation,
         ]
         keys = [
             layout.supervision(conversation),
             layout.supervision_epoch(conversation),
             layout.supervision_message(tenant, requester_uuid, message_id),
+            layout.running_heartbeats,
         ]
         scripts = self._connection.scripts
         await self._connection.call(
@@ -159,7 +224,7 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
 
     async def _swap(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
         layout = self._connection.keys
-        keys: list[str] = []
+        keys: list[str] = [layout.running_heartbeats]
         args: list[str | int] = [self._connection.stream_ttl, layout.channel, uuid.uuid4().hex]
         for swap in swaps:
             conversation = layout.conversation(swap.tenant, swap.requester_uuid, swap.session_id)
@@ -177,6 +242,8 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
                 row.model_dump_json(),
                 announcement(conversation, StreamChange.SUPERVISION),
                 encode_part(swap.session_id),
+                conversation,
+                _microseconds(row.heartbeat_at) if row.status is ChatStreamStatus.RUNNING else "",
             ]
         scripts = self._connection.scripts
         written = await self._connection.call(
@@ -187,3 +254,9 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     def _key(self, tenant: str, requester_uuid: str | None, session_id: str) -> str:
         layout = self._connection.keys
         return layout.supervision(layout.conversation(tenant, requester_uuid, session_id))
+
+
+def _microseconds(moment: datetime) -> str:
+    """``moment`` (aware) as whole microseconds since 1970, in decimal: the
+    running set's score, exact (a datetime has no finer digit)."""
+    return str((moment - _UNIX_EPOCH) // _MICROSECOND)

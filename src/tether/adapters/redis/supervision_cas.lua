@@ -12,27 +12,40 @@
 -- (find_by_message_id): set with every accepted swap, so it lives as long as
 -- the row. A replaced turn's key is left to expire: the lookup checks the row.
 --
--- KEYS[3 * i - 2]   the row of swap i
--- KEYS[3 * i - 1]   the highest epoch of swap i's conversation
--- KEYS[3 * i]       the index key of swap i's new message_id
+-- And one sorted set holds the conversations whose row is RUNNING, scored by
+-- the heartbeat (list_stale_running, see supervision_stale.lua): every
+-- accepted swap that writes a RUNNING row adds its conversation at the new
+-- heartbeat and stamps the row's 'indexed' field with the swap's token (the
+-- listing trusts a member only while the row's token is still that one);
+-- every other accepted swap removes it.
+--
+-- KEYS[1]           the set of RUNNING rows by heartbeat
+-- KEYS[3 * i - 1]   the row of swap i
+-- KEYS[3 * i]       the highest epoch of swap i's conversation
+-- KEYS[3 * i + 1]   the index key of swap i's new message_id
 -- ARGV[1]   TTL in seconds, set on every row written (rows of dead turns expire)
 -- ARGV[2]   the change channel
 -- ARGV[3]   a token unique to this call
--- ARGV[4 + 6 * (i - 1) + n] for swap i:
+-- ARGV[4 + 8 * (i - 1) + n] for swap i:
 --   n = 0  the expected epoch, '' for "only if no row exists"
 --   n = 1  the new epoch      n = 2  the new message_id     n = 3  the new row JSON
 --   n = 4  the announcement (the conversation and its kind of change), published
 --          on the channel when the row is written at a new epoch: a claim, a
 --          takeover, a verdict; not a heartbeat (the same epoch)
 --   n = 5  the session id (percent-encoded), stored at the index key
+--   n = 6  the conversation (escaped, as in the keys): the member of the set
+--   n = 7  the new heartbeat in microseconds since 1970 (a decimal, exact in
+--          the set's double up to 2^53, the year 2255) if the new row is
+--          RUNNING, '' if not
 --
 -- Returns one integer per swap: 1 written, 0 refused.
 
+local heartbeats = KEYS[1]
 local ttl, channel, call = ARGV[1], ARGV[2], ARGV[3]
 local written = {}
-for i = 1, #KEYS / 3 do
-  local key, epoch_key, index_key = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local at = 4 + 6 * (i - 1)
+for i = 1, (#KEYS - 1) / 3 do
+  local key, epoch_key, index_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
+  local at = 4 + 8 * (i - 1)
   local expected, epoch = ARGV[at], ARGV[at + 1]
   local token = call .. '#' .. i
   local stored = redis.call('HMGET', key, 'epoch', 'token')
@@ -57,8 +70,18 @@ for i = 1, #KEYS / 3 do
     end
   end
   if matches then
-    redis.call('HSET', key, 'epoch', epoch, 'message_id', ARGV[at + 2],
-      'row', ARGV[at + 3], 'token', token)
+    local conversation, heartbeat = ARGV[at + 6], ARGV[at + 7]
+    if heartbeat ~= '' then
+      redis.call('HSET', key, 'epoch', epoch, 'message_id', ARGV[at + 2],
+        'row', ARGV[at + 3], 'token', token, 'indexed', token)
+      -- The score is Redis's parse of the decimal: never a Lua number, whose
+      -- tostring keeps 14 digits.
+      redis.call('ZADD', heartbeats, heartbeat, conversation)
+    else
+      redis.call('HSET', key, 'epoch', epoch, 'message_id', ARGV[at + 2],
+        'row', ARGV[at + 3], 'token', token)
+      redis.call('ZREM', heartbeats, conversation)
+    end
     redis.call('EXPIRE', key, ttl)
     redis.call('SET', epoch_key, highest(last, epoch))
     redis.call('SET', index_key, ARGV[at + 5], 'EX', ttl)

@@ -6,10 +6,13 @@
 -- KEYS[1]   the row (hash: epoch, message_id, row, token)
 -- KEYS[2]   the conversation's highest epoch (string, no TTL)
 -- KEYS[3]   the index key of message_id (string: the session id), removed with the row
+-- KEYS[4]   the set of RUNNING rows by heartbeat (see supervision_cas.lua): the
+--           conversation leaves it with the row
 -- ARGV[1]   message_id        ARGV[2]   epoch (decimal)
 -- ARGV[3]   the change channel
 -- ARGV[4]   the announcement (the conversation and its kind of change),
 --           published when the row is removed
+-- ARGV[5]   the conversation (escaped, as in the keys): its member in KEYS[4]
 --
 -- Returns 1 if the row was removed, 0 if it was left alone (or absent).
 
@@ -21,6 +24,7 @@ if stored[1] == ARGV[1] and stored[2] == ARGV[2] then
   end
   redis.call('DEL', KEYS[1])
   redis.call('DEL', KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[5])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return 1
 end

@@ -124,6 +124,32 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         CREATE INDEX conversation_by_age ON conversation (updated_us, tenant, session_id)
         """,
     ),
+    # Version 4: turns whose producer died, found without a client
+    # (``list_stale_running``). ``heartbeat_at`` is ``isoformat()`` text, whose
+    # fraction is left out when zero: no fixed width to order it by. So the
+    # row also has it as integer microseconds since 1970 (as
+    # ``conversation.updated_us``): a column SQLite computes from the text on
+    # every write, so no statement has to set it, the rows already there get
+    # it too, and the index holds it. The text is 'YYYY-MM-DDTHH:MM:SS', then
+    # '.ffffff' unless zero, then the offset: strftime gives the whole seconds
+    # (with the offset), the microseconds are read off the text (exact, where
+    # julianday would round them).
+    (
+        """
+        ALTER TABLE stream_supervision ADD COLUMN heartbeat_us INTEGER GENERATED ALWAYS AS (
+            CAST(strftime('%s', substr(heartbeat_at, 1, 19) || CASE
+                WHEN substr(heartbeat_at, 20, 1) = '.' THEN substr(heartbeat_at, 27)
+                ELSE substr(heartbeat_at, 20) END) AS INTEGER) * 1000000
+            + CASE
+                WHEN substr(heartbeat_at, 20, 1) = '.'
+                    THEN CAST(substr(heartbeat_at, 21, 6) AS INTEGER)
+                ELSE 0 END
+        ) VIRTUAL
+        """,
+        """
+        CREATE INDEX stream_supervision_by_heartbeat ON stream_supervision (status, heartbeat_us)
+        """,
+    ),
 )
 """Migration ``n`` (1-based) brings the schema from version ``n - 1`` to ``n``.
 Append new migrations; never edit one that has shipped."""
@@ -232,6 +258,15 @@ SUPERVISION_FIND_BY_MESSAGE = """
     SELECT session_id FROM stream_supervision
     WHERE message_id = :message_id AND tenant = :tenant AND requester_uuid = :user
     LIMIT 1
+"""
+# Turns whose producer died: RUNNING rows with a heartbeat before ``:before_us``,
+# oldest first, read in order off the stream_supervision_by_heartbeat index.
+SUPERVISION_LIST_STALE = """
+    SELECT tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at
+    FROM stream_supervision
+    WHERE status = :running AND heartbeat_us < :before_us
+    ORDER BY heartbeat_us ASC
+    LIMIT :limit
 """
 # The row only: its epoch stays in stream_epoch.
 SUPERVISION_DELETE = """

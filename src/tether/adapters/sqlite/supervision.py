@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
@@ -12,8 +13,10 @@ from tether.adapters.sqlite._codec import RowKey
 from tether.adapters.sqlite._store import SQLiteStore
 from tether.adapters.sqlite.database import Lane
 from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    StaleTurn,
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError
@@ -35,6 +38,12 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
     row in ``stream_epoch``, in the same transaction, and ``delete`` leaves
     that row, so ``last_epoch`` outlives the supervision row and a claim can
     never reuse an epoch granted before the row was removed.
+
+    A heartbeat is stored as ``isoformat()`` text (``heartbeat_at``, what reads
+    return); SQLite derives integer microseconds since 1970 from it
+    (``heartbeat_us``, a generated column), which SQL orders by:
+    ``list_stale_running`` is one range read of the ``(status, heartbeat_us)``
+    index.
     """
 
     async def compare_and_swap(
@@ -95,6 +104,26 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
             return None
         return _codec.text(found[0], "a stream_supervision row's session_id")
 
+    async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
+        """RUNNING rows whose heartbeat is older than ``heartbeat_before``, oldest
+        first, at most ``limit``: one read, in order, of the
+        ``stream_supervision_by_heartbeat`` index. A naive bound is UTC, as a
+        row's heartbeat is; a listed row that cannot be read back raises
+        ``StoreCorruptedError``."""
+        if limit <= 0:
+            return []  # SQLite reads a negative LIMIT as none
+        if heartbeat_before.tzinfo is None:
+            heartbeat_before = heartbeat_before.replace(tzinfo=UTC)
+        values = {
+            "running": ChatStreamStatus.RUNNING.value,
+            "before_us": _codec.microseconds(heartbeat_before),
+            "limit": limit,
+        }
+        found = await self._database.read(
+            Lane.STREAM, lambda c: c.execute(queries.SUPERVISION_LIST_STALE, values).fetchall()
+        )
+        return [_stale(*columns) for columns in found]
+
     async def delete(
         self,
         tenant: str,
@@ -144,14 +173,43 @@ def _read(connection: sqlite3.Connection, row: RowKey) -> ChatStreamSupervision 
     found = connection.execute(queries.SUPERVISION_READ, row.params()).fetchone()
     if found is None:
         return None
-    what = row.describe("stream_supervision")
-    epoch, message_id, status, heartbeat_at = found
+    return _supervision(row.describe("stream_supervision"), *found)
+
+
+def _stale(
+    tenant: object,
+    requester_uuid: object,
+    session_id: object,
+    epoch: object,
+    message_id: object,
+    status: object,
+    heartbeat_at: object,
+) -> StaleTurn:
+    what = "a stream_supervision row"
+    row = RowKey(
+        _codec.text(tenant, f"{what}'s tenant"),
+        _codec.text(requester_uuid, f"{what}'s requester_uuid"),
+        _codec.text(session_id, f"{what}'s session_id"),
+    )
+    return StaleTurn(
+        row.tenant,
+        row.user or None,  # the anonymous requester is stored as ""
+        row.session,
+        _supervision(row.describe("stream_supervision"), epoch, message_id, status, heartbeat_at),
+    )
+
+
+def _supervision(
+    what: str, epoch: object, message_id: object, status: object, heartbeat_at: object
+) -> ChatStreamSupervision:
     try:
-        return ChatStreamSupervision(
-            epoch=epoch,
-            message_id=_codec.text(message_id, what),
-            status=status,
-            heartbeat_at=heartbeat_at,
+        return ChatStreamSupervision.model_validate(
+            {
+                "epoch": epoch,
+                "message_id": _codec.text(message_id, what),
+                "status": status,
+                "heartbeat_at": heartbeat_at,
+            }
         )
     except ValidationError as exc:
         raise StoreCorruptedError(

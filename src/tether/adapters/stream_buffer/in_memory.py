@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from tether.domain.chat_stream_recording_store import (
     ChangeSubscription,
@@ -18,8 +19,10 @@ from tether.domain.chat_stream_recording_store import (
     deliver,
 )
 from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    StaleTurn,
 )
 from tether.domain.stream_delta import StreamDelta
 
@@ -117,6 +120,17 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
         """The requester's session whose row holds ``message_id``, or None."""
         async with self._lock:
             return self._by_message.get(_key(tenant, requester_uuid, message_id))
+
+    async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
+        """RUNNING rows older than ``heartbeat_before``, oldest first (a scan)."""
+        async with self._lock:
+            stale = [
+                StaleTurn(key[0], key[1] or None, key[2], row.model_copy(deep=True))
+                for key, row in self._rows.items()
+                if row.status is ChatStreamStatus.RUNNING and row.heartbeat_at < heartbeat_before
+            ]
+        stale.sort(key=lambda turn: turn.supervision.heartbeat_at)
+        return stale[:limit]
 
     async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
         """The highest epoch ever written, also after the row was deleted."""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
+import logging
 import os
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,11 @@ from pydantic import ValidationError
 
 from tether.adapters._files import (
     RowFiles,
+    child_path,
+    decode_component,
+    encode_component,
     exclusive_lock,
+    parse_json,
     read_json,
     remove_file,
     remove_lock_file,
@@ -26,14 +34,22 @@ from tether.adapters._files import (
     write_json,
 )
 from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    StaleTurn,
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError
 
+logger = logging.getLogger(__name__)
+
 _LAST_EPOCH = "last_epoch"
 """The key of the highest epoch ever written, kept in the row's document."""
+_IDS = ("tenant", "requester_uuid", "session_id")
+"""The keys of the conversation's ids, kept in the row's document (a long id
+is hashed in the file's path, so the path alone does not always give it back)."""
+_SUPERVISION = "stream-supervision"
 
 
 class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
@@ -48,9 +64,11 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     second, and on one node an OS crash takes every producer down with it.
 
     The document is the row plus ``"last_epoch"``, the highest epoch ever written
-    for the conversation, kept in the same replace as the row. ``delete`` leaves
-    a tombstone holding only ``{"last_epoch": n}``, so epochs outlive their row
-    (``last_epoch``) and a claim of a conversation with no row must be above it.
+    for the conversation, kept in the same replace as the row, and the
+    conversation's ids (``"tenant"``, ``"requester_uuid"``, ``"session_id"``:
+    a long id is hashed in the path). ``delete`` leaves a tombstone holding
+    only ``{"last_epoch": n}``, so epochs outlive their row (``last_epoch``)
+    and a claim of a conversation with no row must be above it.
     A document without the key (written before epochs were kept) counts its
     row's epoch.
 
@@ -59,6 +77,13 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     holding ``{"session_id": ...}``, written under the row's lock whenever a
     swap puts a new turn in the row (and the replaced turn's removed), removed
     with the row. ``delete`` also removes the row's lock file.
+
+    ``list_stale_running`` scans the directory in one thread call: a document
+    too small to be a RUNNING row (a tombstone) is not even opened, and a
+    document whose ``"status"`` is another, or whose ``"heartbeat_at"`` is not
+    older than the bound, is skipped on a look at its bytes; only the turns it
+    lists are parsed. Their ids come from the document; one written before
+    documents kept them gives them from its path (but for a hashed, long id).
 
     ``compare_and_swap_many`` (a replica's heartbeats) runs the whole batch in
     one call on a thread of this store's own, each swap under its own row lock:
@@ -81,7 +106,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> bool:
         """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
         files = self._files(tenant, requester_uuid, session_id)
-        document = supervision.model_dump(mode="json")
+        document = _document(tenant, requester_uuid, session_id, supervision)
         return await run_in_thread(
             _compare_and_swap, files, expected_epoch, supervision.epoch, document
         )
@@ -95,7 +120,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
                 self._files(s.tenant, s.requester_uuid, s.session_id),
                 s.expected_epoch,
                 s.supervision.epoch,
-                s.supervision.model_dump(mode="json"),
+                _document(s.tenant, s.requester_uuid, s.session_id, s.supervision),
             )
             for s in swaps
         ]
@@ -149,10 +174,20 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
             _find, index, lambda session: self._files(tenant, requester_uuid, session), message_id
         )
 
+    async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
+        """RUNNING rows whose heartbeat is older than ``heartbeat_before``, oldest
+        first, at most ``limit``: a scan of the directory, in one thread call.
+        A naive bound is UTC, as a row's heartbeat is; a document that could be
+        a listed row but cannot be read raises ``StoreCorruptedError``."""
+        if limit <= 0:
+            return []
+        if heartbeat_before.tzinfo is None:
+            heartbeat_before = heartbeat_before.replace(tzinfo=UTC)
+        root = child_path(self._base, _SUPERVISION)
+        return await run_in_thread(_list_stale, root, heartbeat_before, limit)
+
     def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> _RowFiles:
-        files = row_files(
-            self._base, "stream-supervision", tenant, requester_uuid or "", session_id
-        )
+        files = row_files(self._base, _SUPERVISION, tenant, requester_uuid or "", session_id)
         return _RowFiles(
             files.data,
             files.lock,
@@ -184,11 +219,24 @@ def _find(index: Path, files_of: Callable[[str], RowFiles], message_id: str) -> 
     return session_id if row is not None and row.message_id == message_id else None
 
 
+def _document(
+    tenant: str, requester_uuid: str | None, session_id: str, supervision: ChatStreamSupervision
+) -> dict[str, Any]:
+    """What a swap stores (but ``"last_epoch"``): the row, then its conversation's ids."""
+    ids = dict(zip(_IDS, (tenant, requester_uuid or "", session_id), strict=True))
+    return {**supervision.model_dump(mode="json"), **ids}
+
+
 def _load(path: Path) -> tuple[ChatStreamSupervision | None, int]:
     """The row (None: no row, or a tombstone) and the highest epoch ever written."""
     document = read_json(path)
     if document is None:
         return None, 0
+    return _parse(path, document)
+
+
+def _parse(path: Path, document: Any) -> tuple[ChatStreamSupervision | None, int]:
+    """``_load`` of a document already read."""
     if isinstance(document, dict) and document.keys() == {_LAST_EPOCH}:
         return None, _epoch_of(path, document)
     try:
@@ -263,3 +311,101 @@ def _delete(files: _RowFiles, message_id: str, epoch: int) -> None:
         if current is None:
             # Nothing left to guard but the tombstone: the lock file goes too.
             remove_lock_file(files.lock)
+
+
+# The listing's look at a document's bytes, before any parse. A swap writes
+# compact JSON (``write_json``), and in JSON ``":"`` never occurs inside a
+# string, so these match only the keys themselves; a document they do not
+# match is parsed.
+_STATUS = re.compile(rb'"status":"([^"\\]*)"')
+_HEARTBEAT = re.compile(rb'"heartbeat_at":"([^"\\]*)"')
+_RUNNING = ChatStreamStatus.RUNNING.value.encode("ascii")
+_SMALLEST_RUNNING_ROW = len(b'{"status":"running","heartbeat_at":0,"message_id":"","epoch":0}')
+"""No document shorter than this is a valid RUNNING row, however written (the
+shortest value of each required key); a tombstone is."""
+
+
+def _list_stale(root: Path, before: datetime, limit: int) -> list[StaleTurn]:
+    stale = (
+        turn
+        for tenant in _directories(root)
+        for requester in _directories(tenant)
+        for entry in _entries(requester)
+        if entry.name.endswith(".json") and not entry.name.startswith(".")
+        if (turn := _stale_turn(entry, before)) is not None
+    )
+    return heapq.nsmallest(limit, stale, key=lambda turn: turn.supervision.heartbeat_at)
+
+
+def _entries(directory: Path) -> Iterator[os.DirEntry[str]]:
+    try:
+        with os.scandir(directory) as entries:
+            yield from entries
+    except (FileNotFoundError, NotADirectoryError):
+        return  # no row was ever written there
+
+
+def _directories(directory: Path) -> Iterator[Path]:
+    for entry in _entries(directory):
+        if entry.is_dir():
+            yield Path(entry.path)
+
+
+def _stale_turn(entry: os.DirEntry[str], before: datetime) -> StaleTurn | None:
+    """The row of ``entry`` if it is RUNNING with a heartbeat before ``before``."""
+    path = Path(entry.path)
+    try:
+        if entry.stat().st_size < _SMALLEST_RUNNING_ROW:
+            return None
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    status = _STATUS.search(raw)
+    if status is not None:
+        if status[1] != _RUNNING:
+            return None
+        heartbeat = _HEARTBEAT.search(raw)
+        seen = None if heartbeat is None else _instant(heartbeat[1])
+        if seen is not None and seen >= before:
+            return None
+    document = parse_json(path, raw)
+    row, _ = _parse(path, document)
+    if row is None or row.status is not ChatStreamStatus.RUNNING or row.heartbeat_at >= before:
+        return None
+    ids = _ids(path, document)
+    if ids is None:
+        logger.warning(
+            "%s: a turn whose producer died, written before rows kept their ids; its "
+            "hashed path does not give them back, so it waits for a client's resume",
+            path,
+        )
+        return None
+    tenant, requester_uuid, session_id = ids
+    return StaleTurn(tenant, requester_uuid or None, session_id, row)
+
+
+def _instant(text: bytes) -> datetime | None:
+    """An ISO heartbeat as an aware datetime; None when it does not read as one
+    (the document is then parsed, as a pydantic model reads it)."""
+    try:
+        moment = datetime.fromisoformat(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def _ids(path: Path, document: dict[str, Any]) -> tuple[str, str, str] | None:
+    """The conversation of the row at ``path``: from its document, or (for a
+    document written before it kept them) from the path, where no id is hashed."""
+    names = (path.parent.parent.name, path.parent.name, path.name.removesuffix(".json"))
+    kept = [document.get(key) for key in _IDS]
+    if all(isinstance(value, str) for value in kept):
+        tenant, requester_uuid, session_id = (str(value) for value in kept)
+        if tuple(map(encode_component, (tenant, requester_uuid, session_id))) != names:
+            raise StoreCorruptedError(f"{path} holds the ids of another conversation; left as is")
+        return tenant, requester_uuid, session_id
+    decoded = [decode_component(name) for name in names]
+    if None in decoded:
+        return None
+    tenant, requester_uuid, session_id = (str(value) for value in decoded)
+    return tenant, requester_uuid, session_id

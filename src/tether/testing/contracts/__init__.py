@@ -13,6 +13,7 @@ import pytest
 pytest.register_assert_rewrite(
     "tether.testing.contracts._support",
     "tether.testing.contracts.agent_state",
+    "tether.testing.contracts.clock",
     "tether.testing.contracts.conversation",
     "tether.testing.contracts.conversation_full",
     "tether.testing.contracts.cross_process",
@@ -25,6 +26,7 @@ pytest.register_assert_rewrite(
 
 from tether.testing.contracts._support import TRICKY_IDS, ManualClock, StoreFactory  # noqa: E402
 from tether.testing.contracts.agent_state import ChatAgentStateStoreContract  # noqa: E402
+from tether.testing.contracts.clock import ChatStreamSupervisionClockContract  # noqa: E402
 from tether.testing.contracts.conversation import ChatConversationStoreContract  # noqa: E402
 from tether.testing.contracts.conversation_full import (  # noqa: E402
     ChatConversationStoreFullContract,
@@ -42,6 +44,7 @@ from tether.testing.contracts.fencing import (  # noqa: E402
 from tether.testing.contracts.lookups import (  # noqa: E402
     ChatConversationRetentionContract,
     ChatStreamSupervisionLookupContract,
+    ChatStreamSupervisionStaleContract,
 )
 from tether.testing.contracts.recording import ChatStreamRecordingStoreContract  # noqa: E402
 from tether.testing.contracts.stateful import ChatStreamStoresStateMachineContract  # noqa: E402
@@ -59,9 +62,11 @@ __all__ = [
     "ChatStreamRecordingFenceContract",
     "ChatStreamRecordingStoreContract",
     "ChatStreamStoresStateMachineContract",
+    "ChatStreamSupervisionClockContract",
     "ChatStreamSupervisionCrossProcessContract",
     "ChatStreamSupervisionEpochContract",
     "ChatStreamSupervisionLookupContract",
+    "ChatStreamSupervisionStaleContract",
     "ChatStreamSupervisionStoreContract",
     "ManualClock",
     "StoreFactory",

@@ -1,9 +1,11 @@
 """Lookups without the conversation's key: a turn by its message id, conversations by age.
 
-Two optional methods, each with its contract:
+Three optional methods, each with its contract:
 
 - ``ChatStreamSupervisionStore.find_by_message_id`` (a cancel that names only
   its turn): ``ChatStreamSupervisionLookupContract``;
+- ``ChatStreamSupervisionStore.list_stale_running`` (finding turns whose
+  producer died, with no client): ``ChatStreamSupervisionStaleContract``;
 - ``ChatConversationStore.list_stale_conversations`` (retention, ``tether db
   prune``): ``ChatConversationRetentionContract``. Its ``store`` must stamp
   times with the ``clock`` fixture, as for ``ChatConversationStoreFullContract``.
@@ -124,6 +126,95 @@ class ChatStreamSupervisionLookupContract(_Fixtures):
             assert await store.compare_and_swap(tenant, value, value, None, _row(1, value))
             assert await store.find_by_message_id(tenant, value, value) == value, number
         assert await store.find_by_message_id(tenant, "session", "Session") is None
+
+
+# Far in the past, so these rows come before any other test's in a shared store
+# (the list is oldest first); each test moves to its own second.
+_LONG_AGO = datetime(2001, 1, 1, tzinfo=UTC)
+
+
+def _at(heartbeat_at: datetime, epoch: int, message_id: str, status: ChatStreamStatus) -> Any:
+    return ChatStreamSupervision(
+        status=status, heartbeat_at=heartbeat_at, message_id=message_id, epoch=epoch
+    )
+
+
+class ChatStreamSupervisionStaleContract(_Fixtures):
+    """``list_stale_running``: RUNNING rows older than a bound, oldest first."""
+
+    @pytest.fixture
+    def base(self) -> datetime:
+        return _LONG_AGO + timedelta(seconds=int(unique("")[-6:], 16) % 10_000_000)
+
+    async def _mine(
+        self, store: ChatStreamSupervisionStore, tenant: str, before: datetime
+    ) -> list[tuple[str, str]]:
+        listed = await store.list_stale_running(before, limit=1_000)
+        heartbeats = [turn.supervision.heartbeat_at for turn in listed]
+        assert heartbeats == sorted(heartbeats)
+        assert all(turn.supervision.status is ChatStreamStatus.RUNNING for turn in listed)
+        assert all(turn.supervision.heartbeat_at < before for turn in listed)
+        return [(t.session_id, t.supervision.message_id) for t in listed if t.tenant == tenant]
+
+    async def test_only_running_rows_older_than_the_bound_are_listed_oldest_first(
+        self, store: ChatStreamSupervisionStore, tenant: str, base: datetime
+    ) -> None:
+        running = ChatStreamStatus.RUNNING
+        rows = {
+            "s-old": _at(base, 1, "m-old", running),
+            "s-older": _at(base - timedelta(seconds=2), 1, "m-older", running),
+            "s-fresh": _at(base + timedelta(seconds=10), 1, "m-fresh", running),
+            "s-done": _at(base - timedelta(seconds=5), 2, "m-done", ChatStreamStatus.DONE),
+        }
+        for session, row in rows.items():
+            assert await store.compare_and_swap(tenant, "alice", session, None, row)
+        before = base + timedelta(seconds=1)
+        assert await self._mine(store, tenant, before) == [
+            ("s-older", "m-older"),
+            ("s-old", "m-old"),
+        ]
+        listed = await store.list_stale_running(before, limit=1_000)
+        mine = [t for t in listed if t.tenant == tenant]
+        assert {(t.requester_uuid or "") for t in mine} == {"alice"}
+        assert mine[0].supervision == rows["s-older"]
+        for session, row in rows.items():
+            await store.delete(tenant, "alice", session, row.message_id, row.epoch)
+
+    async def test_a_heartbeat_or_a_verdict_takes_a_row_off_the_list(
+        self, store: ChatStreamSupervisionStore, tenant: str, base: datetime
+    ) -> None:
+        running = ChatStreamStatus.RUNNING
+        assert await store.compare_and_swap(tenant, None, "s-1", None, _at(base, 1, "m-1", running))
+        assert await store.compare_and_swap(tenant, None, "s-2", None, _at(base, 1, "m-2", running))
+        before = base + timedelta(seconds=1)
+        assert sorted(await self._mine(store, tenant, before)) == [("s-1", "m-1"), ("s-2", "m-2")]
+        renewed = _at(base + timedelta(seconds=5), 1, "m-1", running)
+        assert await store.compare_and_swap_many([SupervisionSwap(tenant, None, "s-1", 1, renewed)])
+        ended = _at(base, 2, "m-2", ChatStreamStatus.ERRORED)
+        assert await store.compare_and_swap(tenant, None, "s-2", 1, ended)
+        assert await self._mine(store, tenant, before) == []
+        # A takeover's fresh claim is live; a row deleted is gone.
+        taken = _at(base - timedelta(seconds=1), 2, "m-1", running)
+        assert await store.compare_and_swap(tenant, None, "s-1", 1, taken)
+        assert await self._mine(store, tenant, before) == [("s-1", "m-1")]
+        await store.delete(tenant, None, "s-1", "m-1", 2)
+        assert await self._mine(store, tenant, before) == []
+
+    async def test_the_limit_keeps_the_oldest(
+        self, store: ChatStreamSupervisionStore, tenant: str, base: datetime
+    ) -> None:
+        for n in range(5):
+            row = _at(base + timedelta(seconds=n), 1, f"m-{n}", ChatStreamStatus.RUNNING)
+            assert await store.compare_and_swap(tenant, "u", f"s-{n}", None, row)
+        listed = await store.list_stale_running(base + timedelta(seconds=10), limit=3)
+        assert len(listed) == 3
+        heartbeats = [t.supervision.heartbeat_at for t in listed]
+        assert heartbeats == sorted(heartbeats)
+        # The oldest three of the whole store (another test's rows may be older).
+        mine = {t.supervision.message_id for t in listed if t.tenant == tenant}
+        assert mine == {f"m-{n}" for n in range(5) if base + timedelta(seconds=n) <= heartbeats[-1]}
+        for n in range(5):
+            await store.delete(tenant, "u", f"s-{n}", f"m-{n}", 1)
 
 
 async def _stale(
