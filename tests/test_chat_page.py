@@ -314,7 +314,9 @@ def test_the_page_resumes_an_answer_whose_replica_was_killed(
 
     # The load balancer would send the reload to a survivor; here we go there.
     tab.goto(f"{replicas.two.url}/#/c/{session}")
-    wait_for(lambda: "resumed" in tab.page.inner_text("#notice"), 15, "the resume notice")
+    # The survivor takes the turn over by itself within a second of it reading
+    # dead, and the page attaches to it; or the page finds it dead first and
+    # resumes it. Either way one producer carries the answer on.
     tab.shot("resumed")
     texts = [shown, *tab.watch()]
     assert tab.state() == "done", tab.page.inner_text("#status")
@@ -329,6 +331,8 @@ def test_the_page_resumes_an_answer_whose_replica_was_killed(
     after = scrape(replicas.two.url)
     assert moved(before, after, "tether_turns_resumed_total") == 1
     assert moved(before, after, "tether_takeovers_total") == 1
+    automatic = moved(before, after, "tether_automatic_takeovers_total")
+    assert automatic == 1 or "resumed" in tab.page.inner_text("#notice")
     assert moved(before, after, "tether_turns_completed_total") == 1
     assert (
         _conversation(replicas.two.url, tab.page.input_value("#user"), session)["conversation"][

@@ -135,8 +135,9 @@ def test_the_command_recovers_every_round_with_no_violation(
         ), entry["notes"]
         assert entry["path"] != "-"
         if fault == "kill":
-            # The client had to take the turn over: nobody else was producing it.
-            assert entry["path"].endswith("resume")
+            # The turn was taken over: by a surviving replica on its own (the
+            # client attached to it), or by the client's resume if first.
+            assert entry["path"].endswith(("resume", "attach")), entry["path"]
         if fault == "stop":
             fence = entry["fence"]
             assert fence["epoch_of_new_owner"] > fence["epoch_before_fault"]
@@ -172,15 +173,17 @@ def test_a_replica_paused_inside_a_write_changes_nothing_when_continued(
         # The producer was continued only once its turns were done elsewhere,
         # and the fence was checked: its late write changed nothing.
         assert entry["fence_checked"] is True, entry["notes"]
-    assert any(entry["path"].endswith("resume") for entry in results)
+    assert any(entry["path"].endswith(("resume", "attach")) for entry in results)
 
 
 @pytest.mark.processes
 def test_a_rolling_deploy_resumes_twice_to_the_crash_free_answer(
     slower_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A short drain grace, so that the drains hand turns off rather than finish them.
+    # A short drain grace, so that the drains hand turns off rather than finish
+    # them; and the client-driven resume of the seed, not the replicas' own.
     monkeypatch.setenv("TETHER_DRAIN_GRACE", "0.2")
+    monkeypatch.setenv("TETHER_TAKEOVER", "false")
     report = _crash_test(
         slower_project, tmp_path / "report.json",
         "--fault", "rolling-deploy", "--rounds", "1", "--conversations", "2", "--seed", "5",
@@ -221,7 +224,7 @@ def test_the_seed_wiring_without_a_conversation_store(
     assert "transcript" not in report["settings"]["pause_in"]
     for entry in report["results"]:
         assert entry["final_status"] == "done"
-        assert entry["path"].endswith("resume")
+        assert entry["path"].endswith(("resume", "attach")), entry["path"]
 
 
 def test_only_the_conversation_store_can_be_left_out() -> None:

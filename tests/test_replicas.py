@@ -98,6 +98,10 @@ def cluster(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Itera
         # Shorter than the 2 s reference answer, so a drained turn is handed off
         # rather than finishing inside the grace.
         "TETHER_DRAIN_GRACE": "0.5",
+        # These tests are about the client-driven resume of the seed: the
+        # replicas leave dead turns to it (tests/test_takeover_processes.py
+        # covers the replicas taking them over by themselves).
+        "TETHER_TAKEOVER": "false",
     }
     args = backend.serve_args()
     with two_replicas(project, root, backend.store_url, env=env, extra_args=args) as replicas:

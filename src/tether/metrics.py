@@ -80,6 +80,17 @@ class TetherMetrics:
         self.takeovers = Counter(
             "tether_takeovers", "Leases claimed from a dead producer (by a resume)", registry=r
         )
+        self.automatic_takeovers = Counter(
+            "tether_automatic_takeovers",
+            "Dead turns this replica took over by itself, with no client",
+            registry=r,
+        )
+        self.turns_reaped = Counter(
+            "tether_turns_reaped",
+            "Dead turns this replica ended errored instead (PRODUCER_LOST, TAKEOVER_LIMIT)",
+            ["code"],
+            registry=r,
+        )
         self.fencing_rejections = Counter(
             "tether_fencing_rejections",
             "Turns stopped because a guarded write was refused (lease lost: takeover, cancel)",
@@ -113,13 +124,15 @@ class TetherMetrics:
 
     # ------------------------------------------------------------- turns
 
-    def turn_started(self, *, resumed: bool) -> None:
+    def turn_started(self, *, resumed: bool, automatic: bool = False) -> None:
         self.turns_started.inc()
         self.turns_in_flight.inc()
         if resumed:
             # A resume claims the lease of a dead producer: that is the takeover.
             self.turns_resumed.inc()
             self.takeovers.inc()
+        if automatic:
+            self.automatic_takeovers.inc()
 
     def turn_ended(self, end: StreamEnd | None, *, lease_lost: bool) -> None:
         self.turns_in_flight.dec()

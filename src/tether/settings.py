@@ -43,6 +43,16 @@ class TetherSettings:
     follower_push_fallback_interval: float = 1.0
     """With a push channel, a follower still re-reads this often (a dead producer
     sends no notification)."""
+    takeover: bool = True
+    """Replicas take over dead stateful turns by themselves, with no client
+    (``tether.handlers.takeover``); off, a dead turn waits for a client's
+    resume. Either way, a dead turn that cannot be resumed ends errored
+    ``PRODUCER_LOST``."""
+    takeover_limit: int = 3
+    """A turn taken over this many times whose producer died again ends errored
+    ``TAKEOVER_LIMIT`` (an agent that kills its replica)."""
+    takeover_scan_interval: float = 0.5
+    """How often each replica looks for dead turns (one indexed query)."""
     delta_window: float = 0.02
     """Where the stores have a push channel, a producer publishes a watched turn's
     new messages to followers on other replicas this often, coalesced."""
@@ -55,6 +65,10 @@ class TetherSettings:
     drain_grace: float = 2.0
     """On SIGTERM, running turns get this long to finish before they are
     checkpointed and handed off (their rows read as dead at once)."""
+    drain_timeout: float = 10.0
+    """The drain (its grace included) is over this long after SIGTERM whatever
+    the agents do: a turn whose agent has not stopped by then (it swallowed its
+    cancellation) is handed off without it (``tether.api.signal_drain``)."""
     max_body_bytes: int = 1_000_000
     """Request bodies over this size are refused with 413."""
     retention: float | None = None
@@ -64,6 +78,9 @@ class TetherSettings:
     retention_interval: float = 3600.0
     """How often a replica tries to run retention; one run per interval across
     all replicas (``TETHER_RETENTION_INTERVAL``)."""
+    clock_skew: float = 0.0
+    """For tests only (``TETHER_CLOCK_SKEW``): seconds added to this replica's
+    local clock, before the store's clock corrects it (``tether.runtime.clock``)."""
 
     def __post_init__(self) -> None:
         if self.retention is not None and self.retention <= 0:
@@ -79,7 +96,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> TetherSetting
     (for example ``TETHER_HEARTBEAT_INTERVAL=0.5``). ``TETHER_RETENTION`` is an
     age read by ``parse_age`` (``30d``); empty, it is unset."""
     environ = os.environ if environ is None else environ
-    values: dict[str, float | int] = {}
+    values: dict[str, float | int | bool] = {}
     for item in fields(TetherSettings):
         raw = environ.get(f"TETHER_{item.name.upper()}")
         if raw is None:
@@ -90,6 +107,12 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> TetherSetting
                     values[item.name] = parse_age(raw).total_seconds()
                 except ValueError as error:
                     raise ValueError(f"TETHER_RETENTION: {error}") from None
+            continue
+        if item.type in ("bool", bool):
+            word = raw.strip().lower()
+            if word not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(f"TETHER_{item.name.upper()}={raw!r} is not true or false")
+            values[item.name] = word in ("1", "true", "yes", "on")
             continue
         try:
             values[item.name] = int(raw) if item.type in ("int", int) else float(raw)

@@ -17,6 +17,7 @@ from tether.api.auth import AuthenticationError, Authenticator, HeaderAuthentica
 from tether.api.body_limit import BodySizeLimitMiddleware
 from tether.api.identity import AUTH_RESPONSES, AUTHENTICATED
 from tether.api.routers import chat, conversations, metrics, probes, web
+from tether.api.signal_drain import SignalDrain
 from tether.domain.agent_registries import AgentRegistriesFactory
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
 from tether.domain.chat_conversation_store import ChatConversationStore
@@ -24,9 +25,10 @@ from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
 from tether.domain.message_bus import MessageBus
 from tether.domain.store_errors import StoreError, StoreUnavailableError
-from tether.handlers.chat_handler import ChatHandler, utc_now
+from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import TurnRequestError
 from tether.handlers.retention import RetentionOff, retention_runner
+from tether.runtime.clock import ReplicaClock
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
@@ -48,7 +50,7 @@ def setup_app(
     *,
     settings: TetherSettings | None = None,
     message_bus: MessageBus | None = None,
-    clock: Callable[[], datetime] = utc_now,
+    clock: Callable[[], datetime] | None = None,
     title: str = "tether",
     authenticator: Authenticator | None = None,
 ) -> FastAPI:
@@ -70,6 +72,11 @@ def setup_app(
     With ``settings.retention`` the app also prunes old conversations while it
     runs, one replica at a time (``tether.handlers.retention``); it says at
     start-up why not when its stores cannot.
+
+    ``clock`` is the replica's "now" for heartbeats and liveness. By default it
+    is the supervision store's clock where the store has one
+    (``tether.runtime.clock.ReplicaClock``); a clock given here is used as it
+    is (tests move time by hand), and ``settings.clock_skew`` does not apply.
     """
     settings = settings or TetherSettings()
     bus = message_bus or MessageBus()
@@ -79,12 +86,18 @@ def setup_app(
         supervision=chat_stream_supervision_store,
         conversation=chat_conversation_store,
     )
+    replica_clock: ReplicaClock | None = None
+    if clock is None:
+        clock = replica_clock = ReplicaClock.of_store(stores.supervision, skew=settings.clock_skew)
     handler = ChatHandler(agent_registries_factory, stores, settings, bus, clock)
     retention = retention_runner(stores, settings, clock=clock)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         opened = await _open_stores(stores, mcp_oauth_store)
+        if replica_clock is not None:
+            await replica_clock.start()
+        handler.start()
         if isinstance(retention, RetentionOff):
             # Unset is the default and says nothing new; set but impossible is
             # a misconfiguration the operator should see.
@@ -98,20 +111,28 @@ def setup_app(
                 retention.interval.total_seconds(),
             )
             retention.start()
+        # SIGTERM drains from here, under whichever server took the signal.
+        signals = SignalDrain(handler.drain, settings.drain_timeout)
+        signals.install()
         try:
             yield
         finally:
+            signals.uninstall()
             if not isinstance(retention, RetentionOff):
                 await retention.aclose()
             await handler.shutdown()
+            if replica_clock is not None:
+                await replica_clock.aclose()
             for store in reversed(opened):
                 try:
                     await store.aclose()
                 except Exception:
                     logger.warning("closing %r failed", store, exc_info=True)
+            signals.closed()
 
     app = FastAPI(title=title, lifespan=lifespan)
     app.state.chat_handler = handler
+    app.state.clock = clock
     app.state.settings = settings
     app.state.message_bus = bus
     app.state.stores = stores

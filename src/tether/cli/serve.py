@@ -9,7 +9,6 @@ import typer
 import uvicorn
 
 from tether.api.auth import AuthMode, build_authenticator
-from tether.cli.draining_server import DrainingServer
 from tether.cli.server_app import build_app
 from tether.settings import settings_from_env
 from tether.stores import STORE_NAMES, compose
@@ -157,5 +156,6 @@ def serve_command(
         # tether's own frames would only bury it.
         typer.echo(f"tether serve: {error}", err=True)
         raise typer.Exit(EXIT_BAD_PROJECT) from error
+    # The app drains on SIGTERM by itself (``tether.api.signal_drain``).
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
-    DrainingServer(config, app).run()
+    uvicorn.Server(config).run()

@@ -42,10 +42,17 @@ async def recover(
     view: ClientView,
     deadline: float,
     on_takeover: Callable[[TurnReader], None] | None = None,
+    resumed_from_index: int | None = None,
 ) -> Recovery:
     """Drive the turn to its end from the replicas other than ``failing`` (until it
     is restarted: a rolling deploy resumes on it again). A replica that is
-    paused or draining is never asked."""
+    paused or draining is never asked.
+
+    ``on_takeover`` hears the reader through which the client has the turn
+    from its new owner: its own accepted resume, or, where replicas take dead
+    turns over by themselves, an attach whose stream comes from a resumed
+    producer (an index at or past ``resumed_from_index``: a resumed producer
+    streams past every index the first one can use)."""
     recovery = Recovery()
     attempt = 0
     failed_start = failing.starts
@@ -86,7 +93,7 @@ async def recover(
                 replica.url, replica.name, message_id, session_id, last_event_id=view.last_event_id
             )
         recovery.readers.append(reader)
-        if await _took_over(reader, deadline) and on_takeover is not None:
+        if await _took_over(reader, deadline, resumed_from_index) and on_takeover is not None:
             on_takeover(reader)
         if not await reader.ended(max(0.0, deadline - time.monotonic())):
             await reader.aclose()
@@ -109,10 +116,16 @@ async def recover(
     return recovery
 
 
-async def _took_over(reader: TurnReader, deadline: float) -> bool:
-    """Whether ``reader`` is a resume the server accepted (this client now has the
-    turn produced by a new owner)."""
-    if reader.label != "resume":
+async def _took_over(reader: TurnReader, deadline: float, resumed_from_index: int | None) -> bool:
+    """Whether this client now has the turn from a new owner through ``reader``:
+    a resume the server accepted, or an attach to a turn a replica took over."""
+    if reader.label == "resume":
+        await reader.responded(max(0.0, deadline - time.monotonic()))
+        return reader.status_code == 201
+    if resumed_from_index is None:
         return False
-    await reader.responded(max(0.0, deadline - time.monotonic()))
-    return reader.status_code == 201
+    await reader.wait_for(
+        lambda r: any((e.index or 0) >= resumed_from_index for e in r.messages),
+        max(0.0, deadline - time.monotonic()),
+    )
+    return any((e.index or 0) >= resumed_from_index for e in reader.messages)

@@ -345,6 +345,7 @@ async def _recover_turn(
             view=evidence.view,
             deadline=deadline - 10.0,
             on_takeover=took_over,
+            resumed_from_index=ctx.settings.max_turn_events,
         )
         evidence.readers += recovery.readers
         result.path = recovery.path

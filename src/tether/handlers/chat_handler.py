@@ -36,6 +36,7 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
+from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.metrics import TetherMetrics, backend_name
 from tether.runtime.delta_publisher import DeltaPublisher
@@ -54,6 +55,12 @@ from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
+
+FORCED_HAND_OFF_SECONDS = 1.0
+"""The end of the drain timeout kept for handing off turns whose agents would
+not stop (at most a quarter of the timeout)."""
+STOP_WAIT_SECONDS = 1.0
+"""How long ``shutdown`` waits for the tasks it cancels."""
 
 Clock = Callable[[], datetime]
 
@@ -120,6 +127,12 @@ class ChatHandler:
             if stores.recording is not None
             else None
         )
+        self.takeovers = AutomaticTakeover(
+            self,
+            interval=settings.takeover_scan_interval,
+            limit=settings.takeover_limit,
+            resume=settings.takeover,
+        )
         self.deltas = (
             DeltaPublisher(stores.recording, window=settings.delta_window)
             if stores.recording is not None and has_deltas(stores.recording)
@@ -129,8 +142,15 @@ class ChatHandler:
     # ------------------------------------------------------------ starting
 
     async def start_turn(
-        self, request: ChatRequest, *, resume_message_id: str | None = None
+        self,
+        request: ChatRequest,
+        *,
+        resume_message_id: str | None = None,
+        automatic: bool = False,
     ) -> Turn:
+        """Claim and start a turn: a new one, or the resume of a dead one
+        (``resume_message_id``; ``automatic`` when this replica's takeover
+        loop resumes it with no client)."""
         if self.draining:
             raise DrainingError("this replica is shutting down; retry on another")
         setup = await self._checked_setup(request)
@@ -192,13 +212,14 @@ class ChatHandler:
                     await turn.record_user_message()
                 except ConversationNotOwnedError as error:
                     raise NotOwnerError("only the owner can add to this conversation") from error
+                await turn.mark()
         except BaseException:
             if lease is not None:
                 with contextlib.suppress(Exception):
                     await lease.delete_row()
             raise
         self._turns[message_id] = turn
-        self.metrics.turn_started(resumed=resuming)
+        self.metrics.turn_started(resumed=resuming, automatic=automatic)
         task = turn.start()
         task.add_done_callback(lambda _: self._after_turn(turn))
         return turn
@@ -410,6 +431,7 @@ class ChatHandler:
                 if has_push(recording)
                 else self.settings.follower_poll_interval
             ),
+            await_takeover=self.settings.dead_after if self.takeovers.running else 0.0,
         )
         return follower.follow(start_index), False
 
@@ -524,6 +546,50 @@ class ChatHandler:
             raise TurnNotFoundError(f"turn {message_id} is not running")
         return found
 
+    async def end_dead_turn(
+        self, key: ConversationKey, message_id: str, code: str, reason: str
+    ) -> bool:
+        """End a dead turn that will not be resumed ``errored``: in its
+        supervision row and its conversation's last-turn status, at the next
+        epoch (the reaper, and the takeover limit). Whether this replica did:
+        False when the turn is no longer dead or another replica was first."""
+        store = self.stores.supervision
+        assert store is not None
+        try:
+            lease = await claim(
+                store,
+                key,
+                message_id,
+                self.clock,
+                self.dead_after,
+                raise_fences=functools.partial(raise_fences, self.stores, key),
+                takeover_of=message_id,
+            )
+        except ClaimRefusedError:
+            return False
+        logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
+        if self.stores.conversation is not None:
+            agent = ""
+            with contextlib.suppress(NotImplementedError):
+                summary = await self.stores.conversation.get_conversation(
+                    key.tenant, key.requester_uuid, key.session_id
+                )
+                agent = summary.agent_identifier if summary is not None else ""
+            await self.stores.conversation.append_fenced(
+                key.tenant,
+                key.requester_uuid,
+                key.session_id,
+                agent,
+                [],
+                epoch=lease.epoch,
+                last_turn_status="errored",
+                create_if_absent=False,
+            )
+        await lease.finish(ChatStreamStatus.ERRORED)
+        self.metrics.turns_reaped.labels(code).inc()
+        self._forget_later(key, message_id, lease.row_epoch)
+        return True
+
     async def _keep_partial_answer(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         """Write the cancelled turn's verdict into its transcript, at the cancel's
         epoch: the newest recorded message (read after the fence, so nothing a
@@ -578,24 +644,66 @@ class ChatHandler:
 
     # ------------------------------------------------------------ shutdown
 
-    async def drain(self) -> None:
+    async def drain(self) -> list[str]:
         """Graceful drain (SIGTERM): take no new turns, let running ones finish
         within ``drain_grace``, then hand the rest off so they read as dead at
-        once and a client can resume them on another replica."""
+        once and a client (or another replica) resumes them elsewhere.
+
+        Over within ``drain_timeout`` whatever the agents do: a turn whose
+        agent has not stopped shortly before then (it swallowed its
+        cancellation) is handed off without it. Returns the message ids of the
+        turns whose tasks are still running (such a task keeps the process
+        from exiting by itself)."""
         self.draining = True
-        running = [t.task for t in self._turns.values() if t.task is not None and not t.task.done()]
+        loop = asyncio.get_running_loop()
+        timeout = self.settings.drain_timeout
+        deadline = loop.time() + timeout
+        running = self._running_turns()
         if running:
-            await asyncio.wait(running, timeout=self.settings.drain_grace)
-        await asyncio.gather(
-            *(
-                turn.hand_off()
-                for turn in list(self._turns.values())
-                if turn.task is not None and not turn.task.done()
+            await asyncio.wait(
+                [t.task for t in running if t.task is not None],
+                timeout=min(self.settings.drain_grace, timeout),
             )
-        )
+        stopping = self._running_turns()
+        if not stopping:
+            return []
+        handing_off = [asyncio.create_task(turn.hand_off()) for turn in stopping]
+        # The last moment of the timeout is for the turns that would not stop.
+        reserve = min(FORCED_HAND_OFF_SECONDS, timeout / 4)
+        await asyncio.wait(handing_off, timeout=max(0.0, deadline - reserve - loop.time()))
+        stuck = [turn for turn in stopping if turn.task is not None and not turn.task.done()]
+        if stuck:
+            logger.error(
+                "draining: %d turn(s) did not stop when cancelled; handing them off "
+                "without their agents: %s",
+                len(stuck),
+                ", ".join(turn.message_id for turn in stuck),
+            )
+            forced = [asyncio.create_task(turn.hand_off_now()) for turn in stuck]
+            _, late = await asyncio.wait(forced, timeout=max(0.0, deadline - loop.time()))
+            for task in late:
+                task.cancel()  # a store that hangs: not waited for
+            for turn in stuck:
+                turn.buffer.close(StreamEnd("dead"))  # readers resume elsewhere
+        for task in handing_off:
+            task.cancel()  # only waits on its turn's task
+        return [turn.message_id for turn in self._running_turns()]
+
+    def _running_turns(self) -> list[Turn]:
+        return [t for t in self._turns.values() if t.task is not None and not t.task.done()]
+
+    def start(self) -> None:
+        """Start the replica's own background work (the app's start-up): the
+        automatic takeover of dead turns."""
+        if self.takeovers.start():
+            logger.info(
+                "automatic takeover is on: every %s s this replica looks for dead turns",
+                self.settings.takeover_scan_interval,
+            )
 
     async def shutdown(self) -> None:
         """Stop every local turn and background task (the process is exiting)."""
+        await self.takeovers.aclose()
         tasks: list[asyncio.Task[None]] = [*self._background]
         for turn in self._turns.values():
             if turn.task is not None and not turn.task.done():
@@ -603,7 +711,12 @@ class ChatHandler:
                 tasks.append(turn.task)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if tasks:
+            # Bounded: an agent that swallows its cancellation is left behind.
+            done, _ = await asyncio.wait(tasks, timeout=STOP_WAIT_SECONDS)
+            for task in done:
+                if not task.cancelled() and task.exception() is not None:
+                    logger.warning("a task failed while stopping", exc_info=task.exception())
         if self.heartbeats is not None:
             await self.heartbeats.aclose()
         if self.flusher is not None:

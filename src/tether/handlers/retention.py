@@ -33,14 +33,14 @@ reserved conversation key, ``LEASE_KEY``:
   run: it covers the period, so the replicas that wake during it skip, and
   retention runs about once per interval across all replicas.
 
-What is guaranteed: at most one replica holds the lease at any moment, as
-far as the replicas' clocks agree (as for turn heartbeats), and a replica
-erases only right after renewing it. A replica paused for longer than the
-interval between its renewal and its erase can land that one erase while
-another replica prunes; erasing re-reads and is idempotent, so that does no
-harm. On Redis the row expires after ``stream_ttl``: an interval longer than
-that lets the next run come sooner than one interval, never alongside a
-holder that is renewing.
+What is guaranteed: at most one replica holds the lease at any moment, by
+the clock turn heartbeats are judged by (the store's where it has one,
+``tether.runtime.clock``), and a replica erases only right after renewing
+it. A replica paused for longer than the interval between its renewal and
+its erase can land that one erase while another replica prunes; erasing
+re-reads and is idempotent, so that does no harm. On Redis the row expires
+after ``stream_ttl``: an interval longer than that lets the next run come
+sooner than one interval, never alongside a holder that is renewing.
 """
 
 from __future__ import annotations

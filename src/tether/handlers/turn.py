@@ -143,6 +143,7 @@ class Turn:
         # back the regenerated text until it has passed that point.
         self._recorded = recorded
         self._holding_back = recorded
+        self._takeovers = 0
         self._resumables: list[ResumableAgentDependency] = []
         self._checkpoint_lock = asyncio.Lock()
         self._flushed_index = -1
@@ -172,6 +173,19 @@ class Turn:
             bot_params=self.request.bot_params,
             conversation_context=self.request.conversation_context,
         )
+
+    async def mark(self) -> None:
+        """Mark the checkpoint as this turn's (CLAIMED, before the agent runs),
+        with its input and what a takeover needs to rebuild its request: a
+        turn whose producer dies at any point after this, even before its
+        first checkpoint, can be resumed, by a client or by another replica on
+        its own, and answers this turn's question."""
+        store = self._stores.agent_state
+        if store is None or not self.context.stateful or self.context.resuming:
+            return
+        k = self.key
+        state = await store.load(k.tenant, k.requester_uuid, k.session_id)
+        await self.writer.checkpoint({**state, TURN_STATE_KEY: self._marker(progress=False)})
 
     def start(self) -> asyncio.Task[None]:
         if self.lease is not None and self._heartbeats is not None and self.context.stateful:
@@ -251,6 +265,15 @@ class Turn:
         if self.task is not None:
             await asyncio.wait([self.task])
 
+    async def hand_off_now(self) -> None:
+        """The drain's last resort, for an agent that did not stop when it was
+        cancelled (it swallowed the cancellation): hand the turn off without
+        waiting for it. Its lifecycle ends here, so nothing the agent does
+        afterwards is shown or written; its readers hear ``dead``."""
+        if self.lifecycle.state is TurnState.HANDING_OFF:
+            await self._leave_for_resume()
+        self.buffer.close(StreamEnd("dead"))
+
     async def stop_for_cancel(self) -> None:
         """A cancel asked on this replica: stop the agent and flush the newest
         message it showed, so the partial the canceller keeps is what every
@@ -297,6 +320,10 @@ class Turn:
             self._drive_task.cancel()  # stopped before the agent started
         try:
             await self._drive_task
+            if self._stop_reason is not None:
+                # The agent returned after it was told to stop (it swallowed its
+                # cancellation): stopped all the same; its answer is not sealed.
+                raise asyncio.CancelledError
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise
@@ -373,12 +400,15 @@ class Turn:
             if own_marker and "conversation" in marker:
                 self._input = [ChatMessage.model_validate(m) for m in marker["conversation"]]
             resuming_turn = own_marker and bool(marker.get("progress"))
+            # Count this takeover before the agent runs: a turn whose agent
+            # kills every replica that takes it over is stopped after
+            # ``TETHER_TAKEOVER_LIMIT`` of them (see ``handlers.takeover``).
+            self._takeovers = int(marker.get("takeovers", 0)) + 1 if own_marker else 1
+            await self.writer.checkpoint(
+                {**state, TURN_STATE_KEY: self._marker(progress=resuming_turn)}
+            )
         else:
-            # Mark the checkpoint as this turn's before the agent runs, with its
-            # input, so a resume of a turn that died before its first checkpoint
-            # still answers this turn's question.
-            resuming_turn = False
-            await self.writer.checkpoint({**state, TURN_STATE_KEY: self._marker(progress=False)})
+            resuming_turn = False  # marked as this turn's by ``mark`` already
         for dep in self._resumables:
             await dep.load(state.get(dep.state_key, {}), **_load_options(dep, resuming_turn))
             dep.bind_checkpoint_hook(self.checkpoint)
@@ -391,11 +421,22 @@ class Turn:
         return self._input
 
     def _marker(self, *, progress: bool) -> dict[str, Any]:
+        """The checkpoint's record of the turn itself: its input, whether the
+        agent made progress, how often it was taken over, and what a replica
+        needs to take it over with no client (``handlers.takeover``)."""
+        request = self.request
         return {
             "message_id": self.message_id,
             "epoch": self.writer.epoch,
             "progress": progress,
             "conversation": [m.model_dump(mode="json") for m in self._input],
+            "takeovers": self._takeovers,
+            "request": {
+                "agent_identifier": request.agent_identifier,
+                "bot_params": request.bot_params,
+                "user_roles": request.request_headers.user_roles,
+                "user_tenants": request.request_headers.user_tenants,
+            },
         }
 
     async def checkpoint(self) -> None:

@@ -44,6 +44,9 @@ _FLOWING = 0.25
 """Seconds after its last delta that a follower still counts on deltas rather
 than snapshots (the producer publishes every 20 ms while it streams)."""
 
+_REWATCH = 0.5
+"""Seconds between a follower's watches while no delta of the current owner came."""
+
 _TERMINAL = {
     ChatStreamStatus.DONE: "done",
     ChatStreamStatus.ERRORED: "errored",
@@ -65,6 +68,7 @@ class RecordingFollower:
         clock: Clock,
         dead_after: timedelta,
         poll_interval: float,
+        await_takeover: float = 0.0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._recording = recording
@@ -74,6 +78,10 @@ class RecordingFollower:
         self._clock = clock
         self._dead_after = dead_after
         self._poll_interval = poll_interval
+        # Where replicas take dead turns over by themselves, a dead producer is
+        # not the end: keep following this long for the new one.
+        self._await_takeover = await_takeover
+        self._dead_since: float | None = None
         self._monotonic = monotonic
         # The producer's newest message this follower knows (from a snapshot or
         # a delta), shown or held back, and the epoch that produced it.
@@ -90,6 +98,7 @@ class RecordingFollower:
         self._ahead: deque[StreamDelta] = deque(maxlen=HELD_DELTAS)
         self._new_gap = False
         self._delta_at = float("-inf")
+        self._delta_epoch = -1
 
     async def follow(self, start_index: int = 0) -> AsyncIterator[StreamEvent | StreamEnd]:
         k = self._key
@@ -109,7 +118,15 @@ class RecordingFollower:
         row_read_at = 0.0
         while True:
             now = self._monotonic()
-            if watched_at is None or now - watched_at > WATCH_SECONDS / 3:
+            # Announce the watch at the start and again before the producer's
+            # watch runs out; more often while no delta of the current owner has
+            # come (a new producer, after a takeover, or one that was not yet
+            # listening when the watch was first announced).
+            if (
+                watched_at is None
+                or now - watched_at > WATCH_SECONDS / 3
+                or (self._delta_epoch < self._owner_epoch and now - watched_at > _REWATCH)
+            ):
                 await self._watch()
                 watched_at = now
             if now - row_read_at >= self._poll_interval:
@@ -218,6 +235,7 @@ class RecordingFollower:
                     self._new_gap = self._new_gap or fresh
                     break
                 self._delta_at = self._monotonic()
+                self._delta_epoch = delta.epoch
                 yield from self._learn(index, message, delta.epoch)
 
     def _learn(self, index: int, message: ChatMessage, epoch: int) -> Iterator[StreamEvent]:
@@ -242,7 +260,13 @@ class RecordingFollower:
                 return StreamEnd(reason, "TURN_ERRORED", "the turn failed on its producing replica")
             return StreamEnd(reason)
         if row.is_dead(self._clock(), self._dead_after):
-            return StreamEnd("dead")
+            now = self._monotonic()
+            if self._dead_since is None:
+                self._dead_since = now
+            if now - self._dead_since >= self._await_takeover:
+                return StreamEnd("dead")
+            return None
+        self._dead_since = None
         return None
 
 

@@ -22,6 +22,9 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": ErrorBody} for code in (400, 403, 404, 409, 410, 413, 503)
 }
 MESSAGE_ID_HEADER = "X-Tether-Message-Id"
+SHUTDOWN_GRACE_SECONDS = 1.0
+"""When the server shuts down, a stream still being written (the verdict of a
+turn the drain just handed off) gets this long to finish before it is cut."""
 
 
 def _handler(request: Request) -> ChatHandler:
@@ -106,6 +109,7 @@ async def chat_stream(
         frame(turn.message_id, turn.buffer.follow(0), live=True),
         status_code=201,
         headers={MESSAGE_ID_HEADER: turn.message_id},
+        shutdown_grace_period=SHUTDOWN_GRACE_SECONDS,
     )
 
 
@@ -142,7 +146,9 @@ async def chat_stream_attach(
     events, live = await _handler(request).attach(
         tenant, identity.requester_uuid, session_id, message_id, start_index
     )
-    return EventSourceResponse(frame(message_id, events, live=live))
+    return EventSourceResponse(
+        frame(message_id, events, live=live), shutdown_grace_period=SHUTDOWN_GRACE_SECONDS
+    )
 
 
 @router.delete("/chat/stream/{message_id}", status_code=204, responses=_ERRORS)

@@ -1,0 +1,228 @@
+"""No turn left behind: every replica takes over, or ends, turns whose producer died.
+
+A stateful turn outlives its producer only if someone resumes it. A client
+that comes back does (``POST /chat/stream?resume=true``); this module makes
+the replicas do it by themselves, within a second of the turn reading dead:
+
+- Every ``TETHER_TAKEOVER_SCAN_INTERVAL`` each replica asks the supervision
+  store for RUNNING rows whose heartbeat is older than the dead threshold
+  (``list_stale_running``: an index, a sorted set, one directory; the cost
+  does not grow with the live turns of other replicas).
+- For each, it reads the turn's checkpoint marker, which carries what a
+  takeover needs (the agent, its bot params, the requester's roles and
+  tenants), rebuilds the request and resumes the turn exactly as a client's
+  resume would: ``ChatHandler.start_turn`` claims the next epoch by the
+  store's compare-and-swap, so of several replicas (and a client) racing for
+  one dead turn exactly one wins; the others are refused and move on.
+- A turn taken over ``TETHER_TAKEOVER_LIMIT`` times already (an agent that
+  kills every replica running it) is not tried again: it ends ``errored``,
+  code ``TAKEOVER_LIMIT``. A turn that cannot be resumed (its checkpoint has
+  no marker of it, or its agent is no longer set up) ends ``errored``, code
+  ``PRODUCER_LOST`` (the reaper): nothing reads ``running`` forever. With
+  ``TETHER_TAKEOVER=false`` replicas still reap, but leave resumable turns to
+  a client's resume.
+- Replicas do not stampede: each waits a random part of the scan interval
+  before claiming, and a turn a replica failed to take is left to the others
+  for a growing back-off.
+
+A supervision store without ``list_stale_running`` (a seed-only adapter)
+keeps the client-driven resume only; the server says so at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether.domain.chat_agent_state_store import TURN_STATE_KEY
+from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore, StaleTurn
+from tether.handlers.errors import (
+    ConversationBusyError,
+    TurnEndedError,
+    TurnRequestError,
+    UnknownAgentError,
+)
+from tether.handlers.retention import LEASE_KEY
+from tether.runtime.lease import ConversationKey
+
+if TYPE_CHECKING:
+    from tether.handlers.chat_handler import ChatHandler
+
+logger = logging.getLogger(__name__)
+
+TAKEOVER_LIMIT = "TAKEOVER_LIMIT"
+PRODUCER_LOST = "PRODUCER_LOST"
+
+_BATCH = 50  # dead turns looked at per scan
+_BACKOFF_CAP = 30.0
+
+
+@dataclass
+class _Attempt:
+    failures: int
+    not_before: float
+
+
+class AutomaticTakeover:
+    """The loop that finds dead turns and takes them over or ends them."""
+
+    def __init__(
+        self,
+        handler: ChatHandler,
+        *,
+        interval: float,
+        limit: int,
+        resume: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._handler = handler
+        self._interval = interval
+        self._limit = limit
+        self._resume = resume
+        self._monotonic = monotonic
+        self._attempts: dict[str, _Attempt] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> bool:
+        """Start scanning; False (and a log line saying why) when this server cannot."""
+        store = self._handler.stores.supervision
+        if store is None or self._handler.stores.agent_state is None:
+            return False
+        if type(store).list_stale_running is ChatStreamSupervisionStore.list_stale_running:
+            logger.warning(
+                "automatic takeover is off: %s cannot list dead turns "
+                "(list_stale_running); a dead turn waits for a client's resume",
+                type(store).__name__,
+            )
+            return False
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="takeovers")
+        return True
+
+    @property
+    def running(self) -> bool:
+        """Whether this replica looks for dead turns (followers then wait for a
+        takeover rather than ending at a dead producer)."""
+        return self._task is not None and not self._task.done()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while not self._handler.draining:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.scan()
+            except NotImplementedError:
+                logger.warning(
+                    "automatic takeover is off: the supervision store cannot list dead "
+                    "turns (list_stale_running); a dead turn waits for a client's resume"
+                )
+                return
+            except Exception:
+                logger.warning("looking for dead turns failed; retrying", exc_info=True)
+
+    async def scan(self) -> int:
+        """One pass: take over or end every dead turn found; how many this
+        replica took or ended."""
+        handler = self._handler
+        store = handler.stores.supervision
+        assert store is not None
+        cutoff = handler.clock() - handler.dead_after
+        handled = 0
+        for stale in await store.list_stale_running(cutoff, _BATCH):
+            if stale.tenant == LEASE_KEY.tenant or handler.draining:
+                continue  # the retention lease is a row, not a turn
+            attempt = self._attempts.get(stale.supervision.message_id)
+            if attempt is not None and self._monotonic() < attempt.not_before:
+                continue
+            # Not all replicas at once: the first to claim wins, the rest are
+            # refused, and a spread start keeps the refusals few.
+            await asyncio.sleep(random.uniform(0, self._interval / 2))
+            if await self._take(stale):
+                handled += 1
+                self._attempts.pop(stale.supervision.message_id, None)
+            else:
+                failures = attempt.failures + 1 if attempt is not None else 1
+                delay = min(self._interval * 2**failures, _BACKOFF_CAP)
+                self._attempts[stale.supervision.message_id] = _Attempt(
+                    failures, self._monotonic() + delay
+                )
+        return handled
+
+    async def _take(self, stale: StaleTurn) -> bool:
+        """Take ``stale`` over, or end it; whether this replica did."""
+        handler = self._handler
+        key = ConversationKey(stale.tenant, stale.requester_uuid or "", stale.session_id)
+        message_id = stale.supervision.message_id
+        marker = await self._marker(key, message_id)
+        if marker is None:
+            return await handler.end_dead_turn(
+                key, message_id, PRODUCER_LOST, "the turn's producer died and it cannot be resumed"
+            )
+        if not self._resume:
+            return False  # automatic takeover is off: left for a client's resume
+        if int(marker.get("takeovers", 0)) >= self._limit:
+            return await handler.end_dead_turn(
+                key,
+                message_id,
+                TAKEOVER_LIMIT,
+                f"the turn was taken over {self._limit} times and its producer died each time",
+            )
+        request = _request(key, marker["request"])
+        try:
+            await handler.start_turn(request, resume_message_id=message_id, automatic=True)
+        except (ConversationBusyError, TurnEndedError):
+            return False  # another replica (or a client) was first, or it ended
+        except UnknownAgentError:
+            return await handler.end_dead_turn(
+                key, message_id, PRODUCER_LOST, "the turn's agent is no longer set up"
+            )
+        except TurnRequestError as error:
+            logger.warning("turn %s: cannot take it over: %s", message_id, error)
+            return False
+        logger.info("turn %s: taken over from a dead producer", message_id)
+        return True
+
+    async def _marker(self, key: ConversationKey, message_id: str) -> dict[str, Any] | None:
+        """The turn's checkpoint marker, if it is this turn's and says how to
+        rebuild its request."""
+        store = self._handler.stores.agent_state
+        if store is None:
+            return None
+        state = await store.load(key.tenant, key.requester_uuid, key.session_id)
+        marker = state.get(TURN_STATE_KEY)
+        if not isinstance(marker, dict) or marker.get("message_id") != message_id:
+            return None
+        if not isinstance(marker.get("request"), dict):
+            return None  # written by a release without automatic takeover
+        return marker
+
+
+def _request(key: ConversationKey, saved: dict[str, Any]) -> ChatRequest:
+    """The request of a resume, as its turn's client would have sent it."""
+    headers = RequestHeaders.model_validate(
+        {
+            "requester-uuid": key.requester_uuid or None,
+            "user-roles": saved.get("user_roles"),
+            "user-tenants": saved.get("user_tenants"),
+        }
+    )
+    return ChatRequest(
+        tenant=key.tenant,
+        request_headers=headers,
+        agent_identifier=saved["agent_identifier"],
+        conversation=[],
+        bot_params=saved.get("bot_params"),
+        stateful=True,
+        session_id=key.session_id,
+    )

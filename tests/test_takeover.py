@@ -1,0 +1,189 @@
+"""No turn left behind: replicas take dead turns over by themselves, or end them.
+
+In-process replicas over one set of in-memory stores and one hand-moved clock
+(``tests.support.scripted``): a producer "dies" when its replica shuts down
+without a verdict and the clock passes the dead threshold; a surviving
+replica's takeover loop is run one scan at a time by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.support.scripted import Script, ScriptedCluster
+from tether.domain.chat_message import ChatMessageSender
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.errors import ConversationBusyError, TurnEndedError
+from tether.handlers.turn import Turn
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[ScriptedCluster]:
+    staged = ScriptedCluster(takeover_scan_interval=0.01, takeover_limit=2)
+    try:
+        yield staged
+    finally:
+        await staged.aclose()
+
+
+async def _dies(cluster: ScriptedCluster, replica: ChatHandler) -> None:
+    """``replica`` stops with no verdict (as SIGKILL leaves it), and its turns read dead."""
+    await replica.shutdown()
+    cluster.kill_by_silence()
+
+
+async def _started(cluster: ScriptedCluster, message_id: str, producer: int) -> Script:
+    """The script of the turn's ``producer``-th producer, once its agent runs."""
+    script = cluster.scripts.of(message_id, producer)
+    async with asyncio.timeout(10):
+        await script.started.wait()
+    return script
+
+
+def _producing(replica: ChatHandler, message_id: str) -> Turn:
+    return replica._turns[message_id]
+
+
+async def _row_status(cluster: ScriptedCluster, session: str) -> ChatStreamStatus | None:
+    assert cluster.stores.supervision is not None
+    row = await cluster.stores.supervision.read("t", "u", session)
+    return None if row is None else row.status
+
+
+async def test_a_dead_turn_is_taken_over_and_finished_with_no_client(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1", "Where do rivers go?")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    first.checkpoint()
+    await first.spoken()
+    await _dies(cluster, a)
+
+    assert await b.takeovers.scan() == 1
+    resumed = _producing(b, turn.message_id)
+    second = await _started(cluster, turn.message_id, 1)
+    # The takeover answers the turn's own question, from its checkpoint.
+    assert [m.content for m in second.inputs[0]][-1] == "Where do rivers go?"
+    second.say(", always.")
+    second.finish()
+    assert await cluster.ended(resumed) == "done"
+    transcript = await cluster.transcript("s1")
+    bots = [m.content for m in transcript if m.sender is ChatMessageSender.BOT]
+    assert bots == ["To the sea, always."]
+    assert b.metrics.automatic_takeovers._value.get() == 1
+    assert await b.takeovers.scan() == 0  # nothing dead is left
+
+
+async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    taken = await asyncio.gather(b.takeovers.scan(), c.takeovers.scan())
+    assert sorted(taken) == [0, 1]
+    producers = [r for r in (b, c) if turn.message_id in r._turns]
+    assert len(producers) == 1
+    await _started(cluster, turn.message_id, 1)
+    assert not cluster.scripts.of(turn.message_id, 2).started.is_set()
+
+
+async def test_a_clients_resume_racing_the_automatic_takeover_leaves_one_producer(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    scanned, resumed = await asyncio.gather(
+        b.takeovers.scan(),
+        cluster.start(c, "s1", resume=turn.message_id),
+        return_exceptions=True,
+    )
+    won_by_client = isinstance(resumed, Turn)
+    assert won_by_client != (scanned == 1), (scanned, resumed)
+    if not won_by_client:
+        assert isinstance(resumed, ConversationBusyError | TurnEndedError)
+    script = await _started(cluster, turn.message_id, 1)
+    assert not cluster.scripts.of(turn.message_id, 2).started.is_set()
+    script.say("One answer.")
+    script.finish()
+    producer = _producing(c if won_by_client else b, turn.message_id)
+    assert await cluster.ended(producer) == "done"
+    bots = [m for m in await cluster.transcript("s1") if m.sender is ChatMessageSender.BOT]
+    assert [m.content for m in bots] == ["One answer."]
+
+
+async def test_a_turn_whose_producers_keep_dying_ends_errored_at_the_takeover_limit(
+    cluster: ScriptedCluster,
+) -> None:
+    a = cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    dying = a
+    for takeover in (1, 2):  # TETHER_TAKEOVER_LIMIT is 2 here
+        await _dies(cluster, dying)
+        dying = cluster.replica()
+        assert await dying.takeovers.scan() == 1
+        await _started(cluster, turn.message_id, takeover)
+    await _dies(cluster, dying)
+    last = cluster.replica()
+    assert await last.takeovers.scan() == 1
+    assert turn.message_id not in last._turns  # ended, not run a third time
+    assert not cluster.scripts.of(turn.message_id, 3).started.is_set()
+    assert await _row_status(cluster, "s1") is ChatStreamStatus.ERRORED
+    assert cluster.stores.conversation is not None
+    summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
+    assert summary is not None and summary.last_turn_status == "errored"
+    assert last.metrics.turns_reaped.labels("TAKEOVER_LIMIT")._value.get() == 1
+    assert await last.takeovers.scan() == 0
+
+
+async def test_with_takeover_off_a_dead_turn_waits_for_a_clients_resume() -> None:
+    cluster = ScriptedCluster(takeover=False, takeover_scan_interval=0.01)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        turn = await cluster.start(a, "s1")
+        await _started(cluster, turn.message_id, 0)
+        await _dies(cluster, a)
+        assert await b.takeovers.scan() == 0
+        assert await _row_status(cluster, "s1") is ChatStreamStatus.RUNNING
+        resumed = await cluster.start(b, "s1", resume=turn.message_id)
+        assert resumed.message_id == turn.message_id
+    finally:
+        await cluster.aclose()
+
+
+async def test_a_dead_turn_that_cannot_be_resumed_ends_errored_producer_lost(
+    cluster: ScriptedCluster,
+) -> None:
+    """The reaper: here the turn's checkpoint holds no marker of it (a producer
+    of an older release), so nobody can rebuild its request."""
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    assert cluster.stores.agent_state is not None
+    await cluster.stores.agent_state.save("t", "u", "s1", {})
+    assert await b.takeovers.scan() == 1
+    assert turn.message_id not in b._turns
+    assert await _row_status(cluster, "s1") is ChatStreamStatus.ERRORED
+    assert cluster.stores.conversation is not None
+    summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
+    assert summary is not None and summary.last_turn_status == "errored"
+    assert b.metrics.turns_reaped.labels("PRODUCER_LOST")._value.get() == 1
+
+
+async def test_a_live_turn_is_never_taken(cluster: ScriptedCluster) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    assert await b.takeovers.scan() == 0
+    assert turn.message_id not in b._turns
