@@ -44,6 +44,16 @@ async def _started(cluster: ScriptedCluster, message_id: str, producer: int) -> 
     return script
 
 
+async def _a_dead_turn_and_two_survivors(
+    cluster: ScriptedCluster,
+) -> tuple[Turn, ChatHandler, ChatHandler]:
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    return turn, b, c
+
+
 def _producing(replica: ChatHandler, message_id: str) -> Turn:
     return replica._turns[message_id]
 
@@ -83,10 +93,7 @@ async def test_a_dead_turn_is_taken_over_and_finished_with_no_client(
 async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(
     cluster: ScriptedCluster,
 ) -> None:
-    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1")
-    await _started(cluster, turn.message_id, 0)
-    await _dies(cluster, a)
+    turn, b, c = await _a_dead_turn_and_two_survivors(cluster)
     taken = await asyncio.gather(b.takeovers.scan(), c.takeovers.scan())
     assert sorted(taken) == [0, 1]
     producers = [r for r in (b, c) if turn.message_id in r._turns]
@@ -98,10 +105,7 @@ async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(
 async def test_a_clients_resume_racing_the_automatic_takeover_leaves_one_producer(
     cluster: ScriptedCluster,
 ) -> None:
-    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1")
-    await _started(cluster, turn.message_id, 0)
-    await _dies(cluster, a)
+    turn, b, c = await _a_dead_turn_and_two_survivors(cluster)
     scanned, resumed = await asyncio.gather(
         b.takeovers.scan(),
         cluster.start(c, "s1", resume=turn.message_id),

@@ -46,7 +46,6 @@ sooner than one interval, never alongside a holder that is renewing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -63,6 +62,7 @@ from tether.domain.chat_conversation_store import (
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import ConversationBusyError
+from tether.runtime import background
 from tether.runtime.lease import ConversationKey, FencedError, Lease
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
@@ -296,10 +296,7 @@ class RetentionRunner:
         """Stop the background task, in a run or between runs. A run stopped
         half-way leaves at worst one conversation partly erased; the next run
         (here or elsewhere) finishes it, as erasing is repeatable."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
 
     async def _loop(self) -> None:
         while True:

@@ -32,7 +32,6 @@ keeps the client-driven resume only; the server says so at start-up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -50,6 +49,7 @@ from tether.handlers.errors import (
     UnknownAgentError,
 )
 from tether.handlers.retention import LEASE_KEY
+from tether.runtime import background
 from tether.runtime.lease import ConversationKey
 
 if TYPE_CHECKING:
@@ -112,10 +112,7 @@ class AutomaticTakeover:
         return self._task is not None and not self._task.done()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
 
     async def _run(self) -> None:
         while not self._handler.draining:

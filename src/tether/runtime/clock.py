@@ -35,13 +35,13 @@ plain synchronous ``Callable[[], datetime]``: the local time plus that offset.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
+from tether.runtime import background
 
 logger = logging.getLogger(__name__)
 
@@ -259,8 +259,5 @@ class ReplicaClock:
 
     async def aclose(self) -> None:
         """Stop refreshing; the last offset stays in use."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await background.stop(self._task)
+        self._task = None

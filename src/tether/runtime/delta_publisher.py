@@ -18,7 +18,6 @@ for the channel is left out; a follower sees the gap and reads the snapshot.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, DeltaPublication
 from tether.domain.stream_delta import MAX_DELTA_BYTES, Step, StreamDelta, step_between
+from tether.runtime import background
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEvent
 
@@ -141,10 +141,7 @@ class DeltaPublisher:
             self._ensure_running()
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
         self._watched.clear()
         self._leaving.clear()
 

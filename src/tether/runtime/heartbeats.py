@@ -9,7 +9,6 @@ refused one fences only its own turn.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
+from tether.runtime import background
 from tether.runtime.lease import Lease
 
 logger = logging.getLogger(__name__)
@@ -73,10 +73,7 @@ class HeartbeatBatcher:
         self._held.pop(id(lease), None)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ from tether.domain.chat_stream_recording_store import (
     RecordingPut,
 )
 from tether.domain.store_errors import StoreUnavailableError
+from tether.runtime import background
 
 logger = logging.getLogger(__name__)
 
@@ -125,10 +126,7 @@ class RecordingFlusher:
             raise RecordingFencedOut(put.event.message_id)
 
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await background.stop(self._task)
         for urgent in self._urgent:
             if not urgent.done.done():
                 urgent.done.set_exception(RuntimeError("the recording flusher is closed"))
