@@ -207,6 +207,7 @@ class ChatHandler:
                 recorded=recorded,
                 metrics=self.metrics,
             )
+            turn.hold_lease()
             if request.stateful and not resuming:
                 try:
                     await turn.record_user_message()
@@ -215,6 +216,8 @@ class ChatHandler:
                 await turn.mark()
         except BaseException:
             if lease is not None:
+                if self.heartbeats is not None:
+                    self.heartbeats.discard(lease)
                 with contextlib.suppress(Exception):
                     await lease.delete_row()
             raise

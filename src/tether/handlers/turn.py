@@ -144,6 +144,7 @@ class Turn:
         self._recorded = recorded
         self._holding_back = recorded
         self._takeovers = 0
+        self._marked_state: DependencyState | None = None
         self._resumables: list[ResumableAgentDependency] = []
         self._checkpoint_lock = asyncio.Lock()
         self._flushed_index = -1
@@ -185,13 +186,21 @@ class Turn:
             return
         k = self.key
         state = await store.load(k.tenant, k.requester_uuid, k.session_id)
-        await self.writer.checkpoint({**state, TURN_STATE_KEY: self._marker(progress=False)})
+        marked = {**state, TURN_STATE_KEY: self._marker(progress=False)}
+        await self.writer.checkpoint(marked)
+        self._marked_state = marked  # what the agent's dependencies load: no second read
+
+    def hold_lease(self) -> None:
+        """Renew the turn's lease from now on (CLAIMED, right after the claim):
+        the replica's batcher renews it with all the others, each second, until
+        the turn's verdict; a refused renewal fences this turn alone. Renewed
+        from the claim on, not from the agent's start, so the writes a turn
+        makes before its agent runs (its user message, its marker) may wait
+        in a busy store's queue without the lease aging to dead."""
+        if self.lease is not None and self._heartbeats is not None and self.context.stateful:
+            self._heartbeats.add(self.lease, lambda: self.stop(StreamEnd("gone")))
 
     def start(self) -> asyncio.Task[None]:
-        if self.lease is not None and self._heartbeats is not None and self.context.stateful:
-            # The replica's batcher renews this lease with all the others, each
-            # second, until the turn's verdict; a refused renewal fences it alone.
-            self._heartbeats.add(self.lease, lambda: self.stop(StreamEnd("gone")))
         self.task = asyncio.create_task(self.run(), name=f"turn-{self.message_id}")
         return self.task
 
@@ -391,7 +400,9 @@ class Turn:
         store = self._stores.agent_state
         assert store is not None  # the handler refuses stateful turns without one
         k = self.key
-        state = await store.load(k.tenant, k.requester_uuid, k.session_id)
+        state = self._marked_state
+        if state is None:
+            state = await store.load(k.tenant, k.requester_uuid, k.session_id)
         marker = state.get(TURN_STATE_KEY, {})
         own_marker = marker.get("message_id") == self.message_id
         if self.context.resuming:

@@ -70,10 +70,12 @@ class DeltaPublisher:
         *,
         window: float = 0.02,
         watch_for: float = WATCH_SECONDS,
+        max_window: float = 0.25,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._window = window
+        self._max_window = max_window
         self._watch_for = watch_for
         self._clock = clock
         self._watched: dict[int, _Watched] = {}
@@ -155,10 +157,20 @@ class DeltaPublisher:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="stream deltas")
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        window = self._window
         while True:
-            await asyncio.sleep(self._window)
+            await asyncio.sleep(window)
+            started = loop.time()
             if not await self.flush():
                 return
+            # Back-pressure: when the channel takes longer than the window to
+            # carry a batch (a thousand followed turns on PostgreSQL's NOTIFY,
+            # which serializes commits), coalesce over longer windows, up to
+            # ``max_window``, rather than queue batches that crowd out the
+            # heartbeats: followers lag more, turns stay alive.
+            took = loop.time() - started
+            window = min(max(self._window, 2 * took), max(self._max_window, self._window))
 
     async def flush(self) -> bool:
         """Publish what every watched turn handed over since the last window, in
