@@ -19,6 +19,7 @@ from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError, TurnEndedError
 from tether.handlers.turn import Turn
+from tether.testing.interleavings import hold
 
 
 @pytest.fixture
@@ -191,3 +192,27 @@ async def test_a_live_turn_is_never_taken(cluster: ScriptedCluster) -> None:
     await _started(cluster, turn.message_id, 0)
     assert await b.takeovers.scan() == 0
     assert turn.message_id not in b._turns
+
+
+async def test_a_lease_is_renewed_while_the_turn_waits_for_its_first_writes(
+    cluster: ScriptedCluster,
+) -> None:
+    """A thousand turns starting at once queue for their first writes (the user
+    message, the checkpoint marker): their leases must be renewed meanwhile, or
+    they age past the dead threshold before their agents start (they were only
+    renewed from the agent's start: 96 of 1,000 PostgreSQL turns completed)."""
+    a = cluster.replica()
+    store = cluster.stores.agent_state
+    held = hold(store, "save_fenced" if hasattr(type(store), "save_fenced") else "save")
+    starting = asyncio.ensure_future(cluster.start(a, "s1"))
+    await held.reached()  # claimed; the marker's write waits in the store
+    cluster.clock.advance(2)
+    assert a.heartbeats is not None
+    await a.heartbeats.beat()
+    assert cluster.stores.supervision is not None
+    row = await cluster.stores.supervision.read("t", "u", "s1")
+    assert row is not None and row.heartbeat_at == cluster.clock()
+    held.release()
+    held.restore()
+    turn = await starting
+    await _started(cluster, turn.message_id, 0)
