@@ -287,15 +287,7 @@ class ChatHandler:
         if takeover is not None:
             await self._check_resumable(key, takeover)
         try:
-            return await claim(
-                store,
-                key,
-                context.message_id,
-                self.clock,
-                self.dead_after,
-                raise_fences=functools.partial(raise_fences, self.stores, key),
-                takeover_of=takeover,
-            )
+            return await self._grant(key, context.message_id, takeover_of=takeover)
         except ClaimRefusedError as refused:
             occupant = refused.occupant
             if occupant is None:
@@ -305,6 +297,22 @@ class ChatHandler:
                 message_id=occupant.message_id,
                 session_id=key.session_id,
             ) from refused
+
+    async def _grant(
+        self, key: ConversationKey, message_id: str, *, takeover_of: str | None
+    ) -> Lease:
+        """Claim the conversation's next epoch for ``message_id``, every other
+        store fenced at it first (``ClaimRefusedError`` when it is not free)."""
+        assert self.stores.supervision is not None
+        return await claim(
+            self.stores.supervision,
+            key,
+            message_id,
+            self.clock,
+            self.dead_after,
+            raise_fences=functools.partial(raise_fences, self.stores, key),
+            takeover_of=takeover_of,
+        )
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
         """Resume takes over only a dead turn: live is 409, finished or replaced is 410."""
@@ -556,33 +564,17 @@ class ChatHandler:
         supervision row and its conversation's last-turn status, at the next
         epoch (the reaper, and the takeover limit). Whether this replica did:
         False when the turn is no longer dead or another replica was first."""
-        store = self.stores.supervision
-        assert store is not None
         try:
-            lease = await claim(
-                store,
-                key,
-                message_id,
-                self.clock,
-                self.dead_after,
-                raise_fences=functools.partial(raise_fences, self.stores, key),
-                takeover_of=message_id,
-            )
+            lease = await self._grant(key, message_id, takeover_of=message_id)
         except ClaimRefusedError:
             return False
         logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
         if self.stores.conversation is not None:
-            agent = ""
-            with contextlib.suppress(NotImplementedError):
-                summary = await self.stores.conversation.get_conversation(
-                    key.tenant, key.requester_uuid, key.session_id
-                )
-                agent = summary.agent_identifier if summary is not None else ""
             await self.stores.conversation.append_fenced(
                 key.tenant,
                 key.requester_uuid,
                 key.session_id,
-                agent,
+                await self._stored_agent(key),
                 [],
                 epoch=lease.epoch,
                 last_turn_status="errored",
@@ -610,23 +602,27 @@ class ChatHandler:
             )
             if record is not None and record.message_id == message_id:
                 partial = record.message
-        # Appending names the conversation's agent again: repeat the stored one.
-        agent = ""
-        with contextlib.suppress(NotImplementedError):
-            summary = await conversations.get_conversation(
-                key.tenant, key.requester_uuid, key.session_id
-            )
-            agent = summary.agent_identifier if summary is not None else ""
         await conversations.append_fenced(
             key.tenant,
             key.requester_uuid,
             key.session_id,
-            agent,
+            await self._stored_agent(key),
             [partial] if partial is not None else [],
             epoch=epoch,
             last_turn_status="cancelled",
             create_if_absent=False,
         )
+
+    async def _stored_agent(self, key: ConversationKey) -> str:
+        """The conversation's agent as stored: appending names it again, and a
+        verdict written by another replica (a cancel, the reaper) repeats it."""
+        assert self.stores.conversation is not None
+        with contextlib.suppress(NotImplementedError):
+            summary = await self.stores.conversation.get_conversation(
+                key.tenant, key.requester_uuid, key.session_id
+            )
+            return summary.agent_identifier if summary is not None else ""
+        return ""
 
     def _forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         async def forget() -> None:
@@ -708,10 +704,10 @@ class ChatHandler:
         """Stop every local turn and background task (the process is exiting)."""
         await self.takeovers.aclose()
         tasks: list[asyncio.Task[None]] = [*self._background]
-        for turn in self._turns.values():
-            if turn.task is not None and not turn.task.done():
-                turn.stop(StreamEnd("dead"))
-                tasks.append(turn.task)
+        for turn in self._running_turns():
+            assert turn.task is not None
+            turn.stop(StreamEnd("dead"))
+            tasks.append(turn.task)
         for task in tasks:
             task.cancel()
         if tasks:

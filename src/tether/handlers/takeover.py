@@ -61,6 +61,10 @@ TAKEOVER_LIMIT = "TAKEOVER_LIMIT"
 PRODUCER_LOST = "PRODUCER_LOST"
 
 _BATCH = 50  # dead turns looked at per scan
+_CANNOT_LIST = (
+    "automatic takeover is off: %s cannot list dead turns (list_stale_running); "
+    "a dead turn waits for a client's resume"
+)
 _BACKOFF_CAP = 30.0
 
 
@@ -96,11 +100,7 @@ class AutomaticTakeover:
         if store is None or self._handler.stores.agent_state is None:
             return False
         if type(store).list_stale_running is ChatStreamSupervisionStore.list_stale_running:
-            logger.warning(
-                "automatic takeover is off: %s cannot list dead turns "
-                "(list_stale_running); a dead turn waits for a client's resume",
-                type(store).__name__,
-            )
+            logger.warning(_CANNOT_LIST, type(store).__name__)
             return False
         self._task = asyncio.get_running_loop().create_task(self._run(), name="takeovers")
         return True
@@ -120,10 +120,7 @@ class AutomaticTakeover:
             try:
                 await self.scan()
             except NotImplementedError:
-                logger.warning(
-                    "automatic takeover is off: the supervision store cannot list dead "
-                    "turns (list_stale_running); a dead turn waits for a client's resume"
-                )
+                logger.warning(_CANNOT_LIST, type(self._handler.stores.supervision).__name__)
                 return
             except Exception:
                 logger.warning("looking for dead turns failed; retrying", exc_info=True)
