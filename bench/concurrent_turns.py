@@ -10,9 +10,11 @@ threshold would be a false "dead" verdict).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,33 @@ def turn_stores(bundle: Any) -> TurnStores:
     )
 
 
+@contextlib.asynccontextmanager
+async def offline_replica(
+    backend: str,
+    settings: TetherSettings,
+    *,
+    chunks_per_second: float,
+    answer_chunks: int,
+    chunk_size: int,
+) -> AsyncIterator[ChatHandler]:
+    """One replica in this process, every store on ``backend``, serving the
+    offline model's ``bench`` agent (and ``bench-warm``); shut down and its
+    stores closed on exit."""
+    with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
+        bundle, opened = await open_bundle(url)
+        handler = ChatHandler(
+            _registries(Path(directory), chunks_per_second, answer_chunks, chunk_size),
+            turn_stores(bundle),
+            settings,
+            MessageBus(),
+        )
+        try:
+            yield handler
+        finally:
+            await handler.shutdown()
+            await close_all(opened)
+
+
 async def measure(
     backend: str,
     turns: int,
@@ -88,27 +117,23 @@ async def measure(
     deltas on the store's channel, as when a follower on another replica
     watches each of them (the channel's load at this many turns)."""
     settings = TetherSettings(finished_turn_grace=1.0)
-    with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
-        bundle, opened = await open_bundle(url)
-        handler = ChatHandler(
-            _registries(Path(directory), chunks_per_second, answer_chunks, chunk_size),
-            turn_stores(bundle),
-            settings,
-            MessageBus(),
-        )
+    replica = offline_replica(
+        backend,
+        settings,
+        chunks_per_second=chunks_per_second,
+        answer_chunks=answer_chunks,
+        chunk_size=chunk_size,
+    )
+    async with replica as handler:
         delays: list[float] = []
         gaps = _instrument_gaps(handler)
         publishes = _instrument_publishes(handler) if watched else []
-        try:
-            started = time.monotonic()
-            running = [
-                asyncio.ensure_future(_one_turn(handler, i, delays, watched)) for i in range(turns)
-            ]
-            outcomes = await asyncio.gather(*running, return_exceptions=True)
-            elapsed = time.monotonic() - started
-        finally:
-            await handler.shutdown()
-            await close_all(opened)
+        started = time.monotonic()
+        running = [
+            asyncio.ensure_future(_one_turn(handler, i, delays, watched)) for i in range(turns)
+        ]
+        outcomes = await asyncio.gather(*running, return_exceptions=True)
+        elapsed = time.monotonic() - started
     failures = [o for o in outcomes if isinstance(o, BaseException) or o != "done"]
     return {
         "turns": turns,

@@ -25,21 +25,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import tempfile
 import time
 import tracemalloc
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
-from bench._backends import backend_url, close_all, open_bundle
-from bench.concurrent_turns import _registries, turn_stores
+from bench.concurrent_turns import offline_replica
 from tether.adapters.llm.offline import OfflineChatModel
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_model import ModelMessage, TextDelta
 from tether.domain.chat_request import ChatRequest, RequestHeaders
-from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
 from tether.runtime.live_buffer import StreamEvent
 from tether.settings import TetherSettings
@@ -159,32 +155,28 @@ async def measure_concurrent(
     # Finished turns keep their final message for the grace period: longer than
     # the run, so at the peak every turn is either streaming or holding its answer.
     settings = TetherSettings(finished_turn_grace=600.0)
-    with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
-        bundle, opened = await open_bundle(url)
-        handler = ChatHandler(
-            _registries(Path(directory), chunks_per_second, answer_chunks, chunk_size),
-            turn_stores(bundle),
-            settings,
-            MessageBus(),
+    replica = offline_replica(
+        backend,
+        settings,
+        chunks_per_second=chunks_per_second,
+        answer_chunks=answer_chunks,
+        chunk_size=chunk_size,
+    )
+    async with replica as handler:
+        await _warm_up(handler)
+        held = _Held([0] * turns)
+        baseline = rss()
+        held.peak_rss = baseline
+        started = time.monotonic()
+        sampler = asyncio.ensure_future(_sampler(held, started, 0.02))
+        outcomes = await asyncio.gather(
+            *(_turn(handler, i, "s", held) for i in range(turns)), return_exceptions=True
         )
-        try:
-            await _warm_up(handler)
-            held = _Held([0] * turns)
-            baseline = rss()
-            held.peak_rss = baseline
-            started = time.monotonic()
-            sampler = asyncio.ensure_future(_sampler(held, started, 0.02))
-            outcomes = await asyncio.gather(
-                *(_turn(handler, i, "s", held) for i in range(turns)), return_exceptions=True
-            )
-            elapsed = time.monotonic() - started
-            sampler.cancel()
-            held.sample(started)
-            gc.collect()
-            after = rss()
-        finally:
-            await handler.shutdown()
-            await close_all(opened)
+        elapsed = time.monotonic() - started
+        sampler.cancel()
+        held.sample(started)
+        gc.collect()
+        after = rss()
     failures = [o for o in outcomes if o != "done"]
     growth = held.peak_rss - baseline
     model_peak, _ = await model_alone(chunk_size, answer_chunks, _prompt(turns // 2))
@@ -242,31 +234,23 @@ async def measure_long_answer(
     Run twice: first for RSS, then under ``tracemalloc`` (whose own records
     would count in RSS), with the model alone as the baseline."""
     settings = TetherSettings(finished_turn_grace=600.0)
-    with backend_url(backend) as url, tempfile.TemporaryDirectory() as directory:
-        bundle, opened = await open_bundle(url)
-        handler = ChatHandler(
-            _registries(Path(directory), chunks_per_second, deltas, 1),
-            turn_stores(bundle),
-            settings,
-            MessageBus(),
-        )
-        try:
-            await _warm_up(handler)
-            baseline = rss()
-            started = time.monotonic()
-            measured, events, reason = await _long_turn(handler, "rss")
-            elapsed = time.monotonic() - started
-            gc.collect()
-            tracemalloc.start()
-            traced_before = tracemalloc.get_traced_memory()[0]
-            tracemalloc.reset_peak()
-            await _long_turn(handler, "traced")
-            traced = tracemalloc.get_traced_memory()[1] - traced_before
-            model_peak, model_answer = await model_alone(1, deltas, _prompt(1))
-            tracemalloc.stop()
-        finally:
-            await handler.shutdown()
-            await close_all(opened)
+    replica = offline_replica(
+        backend, settings, chunks_per_second=chunks_per_second, answer_chunks=deltas, chunk_size=1
+    )
+    async with replica as handler:
+        await _warm_up(handler)
+        baseline = rss()
+        started = time.monotonic()
+        measured, events, reason = await _long_turn(handler, "rss")
+        elapsed = time.monotonic() - started
+        gc.collect()
+        tracemalloc.start()
+        traced_before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        await _long_turn(handler, "traced")
+        traced = tracemalloc.get_traced_memory()[1] - traced_before
+        model_peak, model_answer = await model_alone(1, deltas, _prompt(1))
+        tracemalloc.stop()
     answer = measured.answer_bytes[0]
     assert answer == model_answer, "the model alone wrote another answer than the turn"
     return {
