@@ -316,3 +316,31 @@ async def test_an_unwatched_turn_publishes_nothing() -> None:
     await publisher.flush()
     assert publisher.published == 0
     await publisher.aclose()
+
+
+async def test_a_snapshot_ahead_of_flowing_deltas_does_not_skip_their_indexes(
+    following: Following,
+) -> None:
+    """The recording flush can land before the deltas of the same messages: a
+    follower that took the snapshot then would jump over the indexes in
+    between (two real replicas skipped 2 of 597 so)."""
+    recording = following.recording
+    producer, follower = following.producer, following.follower
+    first = await _attach(follower, recording, producer)
+    said = await producer.say("a ")
+    assert await asyncio.wait_for(first, 5) == said
+    said = await producer.say("a b ")
+    assert await _next(follower) == said
+    # Two more messages are handed to the publisher, and the flush of the
+    # newest lands before their delta goes out.
+    pending = [StreamEvent(2, _bot("a b c ")), StreamEvent(3, _bot("a b c d "))]
+    for event in pending:
+        producer.publisher.offer(producer, event)
+    await recording.put(
+        "t",
+        "u",
+        "s",
+        RecordedStreamEvent(index=3, message=pending[1].message, message_id="m", epoch=1),
+    )
+    await producer.publisher.flush()
+    assert [await _next(follower), await _next(follower)] == pending
