@@ -174,6 +174,7 @@ def test_a_resume_after_a_kill_counts_a_takeover_on_the_resuming_replica(
     after = wait_for(lambda: _settled(two), 5, "the resumed turn to end")
 
     assert moved(before, after, "tether_turns_resumed_total") == 1
-    assert moved(before, after, "tether_takeovers_total") == 1
+    assert moved(before, after, "tether_takeovers_total", cause="client") == 1
+    assert moved(before, after, "tether_takeover_first_content_seconds_count", cause="client") == 1
     assert moved(before, after, "tether_turns_started_total") == 1
     assert moved(before, after, "tether_turns_completed_total") == 1

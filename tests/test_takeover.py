@@ -87,8 +87,60 @@ async def test_a_dead_turn_is_taken_over_and_finished_with_no_client(
     transcript = await cluster.transcript("s1")
     bots = [m.content for m in transcript if m.sender is ChatMessageSender.BOT]
     assert bots == ["To the sea, always."]
-    assert b.metrics.automatic_takeovers._value.get() == 1
+    taken = b.metrics.registry.get_sample_value
+    assert taken("tether_takeovers_total", {"cause": "automatic"}) == 1
+    assert taken("tether_takeover_first_content_seconds_count", {"cause": "automatic"}) == 1
     assert await b.takeovers.scan() == 0  # nothing dead is left
+
+
+async def _seconds_to_new_content(
+    cluster: ScriptedCluster, taker: ChatHandler, turn: Turn, cause: str
+) -> float | None:
+    """Let the taker speak 0.5 s after it started; what its metrics say: one
+    takeover of ``cause``, and the seconds from dead to that new content."""
+    second = await _started(cluster, turn.message_id, 1)
+    cluster.clock.advance(0.5)
+    second.say(", always.")
+    await second.spoken()
+    value = taker.metrics.registry.get_sample_value
+    assert value("tether_takeovers_total", {"cause": cause}) == 1
+    assert value("tether_takeover_first_content_seconds_count", {"cause": cause}) == 1
+    return value("tether_takeover_first_content_seconds_sum", {"cause": cause})
+
+
+async def test_the_takeover_metrics_say_the_cause_and_the_time_to_new_content(
+    cluster: ScriptedCluster,
+) -> None:
+    """From the dead verdict (the last heartbeat plus the threshold) to the
+    taker's first new content, by the replicas' one clock."""
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    first.checkpoint()
+    await first.spoken()
+    await a.shutdown()
+    cluster.clock.advance(cluster.settings.dead_after + 0.25)  # dead for 0.25 s
+    assert await b.takeovers.scan() == 1
+    assert await _seconds_to_new_content(cluster, b, turn, "automatic") == pytest.approx(0.75)
+
+
+async def test_a_drained_turn_is_taken_over_at_once_as_a_hand_off() -> None:
+    cluster = ScriptedCluster(takeover_scan_interval=0.01, drain_grace=0.0)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        turn = await cluster.start(a, "s1")
+        first = cluster.scripts.of(turn.message_id, 0)
+        first.say("To the sea")
+        await first.spoken()
+        await a.drain()
+        # No clock moved: a handed-off turn reads dead at once.
+        assert await b.takeovers.scan() == 1
+        assert await _seconds_to_new_content(cluster, b, turn, "drain_handoff") == pytest.approx(
+            0.5
+        )
+    finally:
+        await cluster.aclose()
 
 
 async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(

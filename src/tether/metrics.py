@@ -11,12 +11,14 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from tether.runtime.lease import Takeover
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 __all__ = ["CONTENT_TYPE", "TetherMetrics", "backend_name"]
@@ -26,6 +28,9 @@ __all__ = ["CONTENT_TYPE", "TetherMetrics", "backend_name"]
 _HEARTBEAT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0)
 _LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# From a dead verdict to the taker's first new content: the target is under a
+# second; a client's resume waits on the client, so the range runs to a minute.
+_TAKEOVER_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
 _SIZE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 
 # How a turn's end reads to an operator; "dead" and "gone" are turns this
@@ -78,11 +83,18 @@ class TetherMetrics:
             "tether_turns_in_flight", "Turns this replica is producing now", registry=r
         )
         self.takeovers = Counter(
-            "tether_takeovers", "Leases claimed from a dead producer (by a resume)", registry=r
+            "tether_takeovers",
+            "Leases claimed from a dead producer, by cause: automatic (a replica's takeover "
+            "loop), client (a client's resume), drain_handoff (a drained replica's turn)",
+            ["cause"],
+            registry=r,
         )
-        self.automatic_takeovers = Counter(
-            "tether_automatic_takeovers",
-            "Dead turns this replica took over by itself, with no client",
+        self.takeover_first_content_seconds = Histogram(
+            "tether_takeover_first_content_seconds",
+            "Time from a turn reading dead (or being handed off) to the first new content "
+            "of the replica that took it over, by the store's clock",
+            ["cause"],
+            buckets=_TAKEOVER_BUCKETS,
             registry=r,
         )
         self.turns_reaped = Counter(
@@ -124,15 +136,19 @@ class TetherMetrics:
 
     # ------------------------------------------------------------- turns
 
-    def turn_started(self, *, resumed: bool, automatic: bool = False) -> None:
+    def turn_started(self, takeover: Takeover | None = None) -> None:
+        """A turn started producing here; ``takeover`` when it was resumed."""
         self.turns_started.inc()
         self.turns_in_flight.inc()
-        if resumed:
+        if takeover is not None:
             # A resume claims the lease of a dead producer: that is the takeover.
             self.turns_resumed.inc()
-            self.takeovers.inc()
-        if automatic:
-            self.automatic_takeovers.inc()
+            self.takeovers.labels(takeover.cause.value).inc()
+
+    def takeover_produced(self, takeover: Takeover, now: datetime) -> None:
+        """A taken-over turn showed its first new content at ``now`` (store clock)."""
+        seconds = (now - takeover.dead_since).total_seconds()
+        self.takeover_first_content_seconds.labels(takeover.cause.value).observe(max(seconds, 0.0))
 
     def turn_ended(self, end: StreamEnd | None, *, lease_lost: bool) -> None:
         self.turns_in_flight.dec()

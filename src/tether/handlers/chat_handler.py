@@ -187,7 +187,7 @@ class ChatHandler:
         )
         if request.stateful:
             await self._check_writer(request.tenant, requester, request.session_id or "")
-        lease = await self._claim(context) if request.stateful else None
+        lease = await self._claim(context, automatic=automatic) if request.stateful else None
         try:
             first_index, recorded = await self._recorded(context, lease) if resuming else (0, None)
             turn = Turn(
@@ -222,7 +222,7 @@ class ChatHandler:
                     await lease.delete_row()
             raise
         self._turns[message_id] = turn
-        self.metrics.turn_started(resumed=resuming, automatic=automatic)
+        self.metrics.turn_started(lease.takeover if lease is not None else None)
         task = turn.start()
         task.add_done_callback(lambda _: self._after_turn(turn))
         return turn
@@ -278,7 +278,7 @@ class ChatHandler:
         if summary is not None and summary.owner_uuid != requester_uuid:
             raise NotOwnerError("only the owner can write to this conversation")
 
-    async def _claim(self, context: TurnContext) -> Lease | None:
+    async def _claim(self, context: TurnContext, *, automatic: bool) -> Lease | None:
         store = self.stores.supervision
         if store is None:
             return None
@@ -287,7 +287,9 @@ class ChatHandler:
         if takeover is not None:
             await self._check_resumable(key, takeover)
         try:
-            return await self._grant(key, context.message_id, takeover_of=takeover)
+            return await self._grant(
+                key, context.message_id, takeover_of=takeover, automatic=automatic
+            )
         except ClaimRefusedError as refused:
             occupant = refused.occupant
             if occupant is None:
@@ -299,7 +301,12 @@ class ChatHandler:
             ) from refused
 
     async def _grant(
-        self, key: ConversationKey, message_id: str, *, takeover_of: str | None
+        self,
+        key: ConversationKey,
+        message_id: str,
+        *,
+        takeover_of: str | None,
+        automatic: bool = False,
     ) -> Lease:
         """Claim the conversation's next epoch for ``message_id``, every other
         store fenced at it first (``ClaimRefusedError`` when it is not free)."""
@@ -312,6 +319,7 @@ class ChatHandler:
             self.dead_after,
             raise_fences=functools.partial(raise_fences, self.stores, key),
             takeover_of=takeover_of,
+            automatic=automatic,
         )
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:

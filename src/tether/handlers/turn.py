@@ -143,6 +143,8 @@ class Turn:
         # back the regenerated text until it has passed that point.
         self._recorded = recorded
         self._holding_back = recorded
+        # A taken-over turn's first new content ends the outage its clients saw.
+        self._unmeasured_takeover = lease.takeover if lease is not None else None
         self._takeovers = 0
         self._marked_state: DependencyState | None = None
         self._resumables: list[ResumableAgentDependency] = []
@@ -376,6 +378,9 @@ class Turn:
             if is_regression(self._holding_back, message):
                 return
             self._holding_back = None
+        if self._unmeasured_takeover is not None:
+            taken, self._unmeasured_takeover = self._unmeasured_takeover, None
+            self._metrics.takeover_produced(taken, self._clock())
         if self.buffer.next_index - self.buffer.first_index >= self._settings.max_turn_events:
             raise TurnLimitError(
                 "TURN_TOO_LONG",

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
@@ -42,6 +43,27 @@ class ConversationKey:
     session_id: str
 
 
+class TakeoverCause(StrEnum):
+    """Why a dead turn changed producer (the ``cause`` of the takeover metrics)."""
+
+    AUTOMATIC = "automatic"
+    """A replica's takeover loop found it dead, with no client asking."""
+    CLIENT = "client"
+    """A client asked for the resume (``POST /chat/stream?resume=true``)."""
+    DRAIN = "drain_handoff"
+    """Its producer drained and handed it off (by the loop or a client alike)."""
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """What a takeover's claim found: how the turn died, and since when."""
+
+    cause: TakeoverCause
+    dead_since: datetime
+    """When the turn first read dead: its last heartbeat plus the dead threshold,
+    or, for a hand-off (which stamps no time), the moment of the claim."""
+
+
 class ClaimRefusedError(Exception):
     """The conversation is occupied by a live turn, or the claim lost a race."""
 
@@ -60,6 +82,7 @@ class Lease:
         message_id: str,
         epoch: int,
         clock: Clock,
+        takeover: Takeover | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -72,6 +95,8 @@ class Lease:
         self.lost = False
         self.renewed_at = clock()
         """When the row last held a heartbeat of ours that the store accepted."""
+        self.takeover = takeover
+        """Set when this lease was taken from a dead producer."""
 
     async def _swap(
         self, status: ChatStreamStatus, *, heartbeat_at: datetime | None = None, bump: bool
@@ -139,13 +164,16 @@ async def claim(
     *,
     raise_fences: RaiseFences | None = None,
     takeover_of: str | None = None,
+    automatic: bool = False,
 ) -> Lease:
     """Claim the conversation for ``message_id`` at the next epoch.
 
     A new turn may claim a conversation with no row, a finished row, or a dead
     one. A takeover (``takeover_of``) may claim only a dead row of that turn.
     Raises ClaimRefusedError naming the occupant otherwise, or when another
-    replica's compare-and-swap won the race.
+    replica's compare-and-swap won the race. The lease of a takeover says its
+    cause (``automatic`` when a replica's takeover loop claims) and since when
+    the turn was dead.
 
     The other stores are fenced at the new epoch (``raise_fences``; none when
     the supervision row is all there is) *before* it is granted, so
@@ -177,4 +205,16 @@ async def claim(
         key.tenant, key.requester_uuid, key.session_id, expected, row
     ):
         raise ClaimRefusedError(await store.read(key.tenant, key.requester_uuid, key.session_id))
-    return Lease(store, key, message_id, epoch, clock)
+    taken = None
+    if takeover_of is not None and current is not None:
+        taken = _takeover(current, now, dead_after, automatic=automatic)
+    return Lease(store, key, message_id, epoch, clock, taken)
+
+
+def _takeover(
+    dead: ChatStreamSupervision, now: datetime, dead_after: timedelta, *, automatic: bool
+) -> Takeover:
+    if dead.heartbeat_at == _LONG_AGO:
+        return Takeover(TakeoverCause.DRAIN, now)
+    cause = TakeoverCause.AUTOMATIC if automatic else TakeoverCause.CLIENT
+    return Takeover(cause, dead.heartbeat_at + dead_after)
