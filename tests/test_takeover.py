@@ -93,6 +93,14 @@ async def test_a_dead_turn_is_taken_over_and_finished_with_no_client(
     assert await b.takeovers.scan() == 0  # nothing dead is left
 
 
+async def _transcript_error(cluster: ScriptedCluster) -> str | None:
+    """The code of the ``turn_error`` part the reaper kept with the last answer."""
+    last = (await cluster.transcript("s1"))[-1]
+    assert last.sender is ChatMessageSender.BOT
+    errors = [p.context["turn_error"] for p in last.content_parts or [] if p.context]
+    return errors[0]["code"] if errors else None
+
+
 async def _seconds_to_new_content(
     cluster: ScriptedCluster, taker: ChatHandler, turn: Turn, cause: str
 ) -> float | None:
@@ -199,6 +207,7 @@ async def test_a_turn_whose_producers_keep_dying_ends_errored_at_the_takeover_li
     assert cluster.stores.conversation is not None
     summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
     assert summary is not None and summary.last_turn_status == "errored"
+    assert await _transcript_error(cluster) == "TAKEOVER_LIMIT"
     assert last.metrics.turns_reaped.labels("TAKEOVER_LIMIT")._value.get() == 1
     assert await last.takeovers.scan() == 0
 
@@ -225,7 +234,11 @@ async def test_a_dead_turn_that_cannot_be_resumed_ends_errored_producer_lost(
     of an older release), so nobody can rebuild its request."""
     a, b = cluster.replica(), cluster.replica()
     turn = await cluster.start(a, "s1")
-    await _started(cluster, turn.message_id, 0)
+    script = await _started(cluster, turn.message_id, 0)
+    script.say("To the sea")
+    await script.spoken()
+    assert a.flusher is not None
+    await a.flusher.flush()  # what its readers saw is recorded
     await _dies(cluster, a)
     assert cluster.stores.agent_state is not None
     await cluster.stores.agent_state.save("t", "u", "s1", {})
@@ -235,6 +248,9 @@ async def test_a_dead_turn_that_cannot_be_resumed_ends_errored_producer_lost(
     assert cluster.stores.conversation is not None
     summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
     assert summary is not None and summary.last_turn_status == "errored"
+    assert await _transcript_error(cluster) == "PRODUCER_LOST"
+    # The partial answer its readers saw is kept, with the code.
+    assert (await cluster.transcript("s1"))[-1].content == "To the sea"
     assert b.metrics.turns_reaped.labels("PRODUCER_LOST")._value.get() == 1
 
 

@@ -9,6 +9,7 @@ prompt does. Waits are on stream events and the turn's status.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import uuid
 from collections.abc import Iterator
@@ -70,3 +71,46 @@ async def test_a_killed_producers_turn_finishes_on_the_survivor_with_no_client(
         assert transcript is not None
         bots = [m["content"] for m in transcript if m["sender"] == "bot"]
         assert bots == [reference]
+
+
+async def test_a_poison_turn_that_kills_every_replica_stops_at_the_takeover_limit(
+    tmp_path: Path,
+) -> None:
+    """Its agent SIGKILLs whichever replica runs it. With a limit of one
+    takeover: the producer dies, the one replica that takes it over dies, and
+    the last survivor ends the turn ``errored`` (``TAKEOVER_LIMIT``) instead
+    of running it again, and the transcript keeps the code."""
+    project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=60)
+    poison_log = tmp_path / "poison.log"
+    env = {"TETHER_TAKEOVER_LIMIT": "1", "TETHER_TEST_POISON_LOG": str(poison_log)}
+    store = f"sqlite:///{tmp_path}/tether.db"
+    cluster = Cluster(project, store, size=3, workdir=tmp_path, env=env)
+    async with cluster, TetherAPI.client() as http:
+        api = TetherAPI(http, "poison")
+        first = cluster.replicas[0]
+        session = f"s-{uuid.uuid4().hex[:10]}"
+        reader = api.start_turn(first.url, first.name, PROMPT, session)
+        assert await reader.ended(30)
+        await reader.aclose()
+
+        survivor = None
+        status = None
+        async with asyncio.timeout(45):
+            while status is None or status.status != "errored":
+                alive = [r for r in cluster.replicas if r.alive]
+                assert alive, "every replica died: the poison turn was not stopped"
+                survivor = alive[0]
+                status = await api.status(survivor.url, session)
+                await asyncio.sleep(0.1)  # polling the verdict, not synchronizing on time
+        assert survivor is not None
+        runs = poison_log.read_text().split()
+        assert len(runs) == 2 and len(set(runs)) == 2, runs  # the producer and one taker
+        assert sum(1 for replica in cluster.replicas if not replica.alive) == 2
+        conversation = await api.conversation(survivor.url, session)
+        assert conversation is not None
+        summary, transcript = conversation
+        assert summary["last_turn_status"] == "errored"
+        answer = transcript[-1]
+        assert answer["sender"] == "bot", answer
+        errors = [p["context"]["turn_error"] for p in answer["content_parts"] or [] if p["context"]]
+        assert [e["code"] for e in errors] == ["TAKEOVER_LIMIT"]

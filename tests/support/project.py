@@ -19,7 +19,8 @@ def make_project(
 ) -> Path:
     """A project with agents ``writer`` (long-writer shape: a calculator call after
     ``tool_call_after_chunks``), ``plain`` (the same without the tool), ``outliner``
-    (the README's resumable-dependency example) and ``broken``."""
+    (the README's resumable-dependency example), ``broken`` (fails after three
+    messages) and ``poison`` (SIGKILLs its own replica after three)."""
     shutil.copytree(TEMPLATE, directory, dirs_exist_ok=True)
     llm = {
         "seed": seed,
@@ -46,6 +47,12 @@ def make_project(
         {
             "agent_identifier": "broken",
             "agent_name": "broken",
+            "llm_configuration_name": "offline",
+            "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
+        },
+        {
+            "agent_identifier": "poison",
+            "agent_name": "poison",
             "llm_configuration_name": "offline",
             "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
         },

@@ -19,8 +19,17 @@ from datetime import UTC, datetime, timedelta
 
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
-from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
-from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_conversation_store import (
+    ConversationNotOwnedError,
+    LastTurnStatus,
+    normalize_owner,
+)
+from tether.domain.chat_message import (
+    ChatMessage,
+    ChatMessageSender,
+    ContentPart,
+    ContentPartType,
+)
 from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.domain.message_bus import MessageBus
@@ -577,26 +586,29 @@ class ChatHandler:
         except ClaimRefusedError:
             return False
         logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
-        if self.stores.conversation is not None:
-            await self.stores.conversation.append_fenced(
-                key.tenant,
-                key.requester_uuid,
-                key.session_id,
-                await self._stored_agent(key),
-                [],
-                epoch=lease.epoch,
-                last_turn_status="errored",
-                create_if_absent=False,
-            )
+        await self._keep_partial_answer(
+            key, message_id, lease.epoch, status="errored", error=(code, reason)
+        )
         await lease.finish(ChatStreamStatus.ERRORED)
         self.metrics.turns_reaped.labels(code).inc()
         self._forget_later(key, message_id, lease.row_epoch)
         return True
 
-    async def _keep_partial_answer(self, key: ConversationKey, message_id: str, epoch: int) -> None:
-        """Write the cancelled turn's verdict into its transcript, at the cancel's
-        epoch: the newest recorded message (read after the fence, so nothing a
-        fenced producer writes later can be newer than it) as its answer.
+    async def _keep_partial_answer(
+        self,
+        key: ConversationKey,
+        message_id: str,
+        epoch: int,
+        *,
+        status: LastTurnStatus = "cancelled",
+        error: tuple[str, str] | None = None,
+    ) -> None:
+        """Write a turn's verdict, given by another hand than its producer's (a
+        cancel, the reaper), into its transcript at that verdict's epoch: the
+        newest recorded message (read after the fence, so nothing a fenced
+        producer writes later can be newer than it) as its answer. An
+        ``error`` (code, message) is kept with it as a ``turn_error`` context
+        part, so the transcript says why the answer stops where it does.
 
         Fenced and idempotent by ``message_id``: if the producer sealed its whole
         answer before the fence, that answer stays the one bot message."""
@@ -610,6 +622,8 @@ class ChatHandler:
             )
             if record is not None and record.message_id == message_id:
                 partial = record.message
+        if error is not None:
+            partial = _with_error(partial, key, message_id, *error)
         await conversations.append_fenced(
             key.tenant,
             key.requester_uuid,
@@ -617,7 +631,7 @@ class ChatHandler:
             await self._stored_agent(key),
             [partial] if partial is not None else [],
             epoch=epoch,
-            last_turn_status="cancelled",
+            last_turn_status=status,
             create_if_absent=False,
         )
 
@@ -730,3 +744,18 @@ class ChatHandler:
             await self.flusher.aclose()
         if self.deltas is not None:
             await self.deltas.aclose()
+
+
+def _with_error(
+    answer: ChatMessage | None, key: ConversationKey, message_id: str, code: str, reason: str
+) -> ChatMessage:
+    """``answer`` (or an empty bot message) with a ``turn_error`` context part:
+    the code and message a live reader got in the stream's ``error`` event."""
+    if answer is None:
+        answer = ChatMessage(
+            sender=ChatMessageSender.BOT, message_id=message_id, session_id=key.session_id
+        )
+    part = ContentPart(
+        type=ContentPartType.CONTEXT, context={"turn_error": {"code": code, "message": reason}}
+    )
+    return answer.model_copy(update={"content_parts": [*(answer.content_parts or []), part]})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import operator
 import os
+import signal
 from collections.abc import AsyncGenerator
 
 from tether.adapters.llm import ChatClient
@@ -71,4 +72,23 @@ class Broken(StreamableChatAgent):
             yield message
             count += 1
             if count == 3:
-                raise RuntimeError("the broken agent broke")
+                self.break_down()
+
+    def break_down(self) -> None:
+        raise RuntimeError("the broken agent broke")
+
+
+@ChatAgentClassRegistry.register()
+class Poison(Broken):
+    """Streams a little, then SIGKILLs its own replica: every replica that takes
+    the turn over dies too (the poison turn of the takeover limit). Each run
+    appends its process id to ``TETHER_TEST_POISON_LOG`` first."""
+
+    agent_name = "poison"
+
+    def break_down(self) -> None:
+        log = os.environ.get("TETHER_TEST_POISON_LOG")
+        if log:
+            with open(log, "a") as handle:
+                handle.write(f"{os.getpid()}\n")
+        os.kill(os.getpid(), signal.SIGKILL)
