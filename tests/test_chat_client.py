@@ -323,6 +323,38 @@ async def test_resume_from_every_yield_gives_the_crash_free_answer() -> None:
         assert tools.total() == 1, yields
 
 
+async def test_a_resume_goes_on_from_the_answer_its_clients_saw() -> None:
+    """What clients saw (the recording, flushed every half second) is often
+    newer than the checkpoint (every few seconds). Where it only adds text,
+    the resumed turn starts from it and the model is asked to continue it:
+    nothing shown is produced again. Otherwise the checkpoint stands."""
+
+    def make_model() -> ChatModel:
+        return _model(tool_call_after_chunks=5)
+
+    prompt = "Write about harbors"
+    reference = await _run(
+        ChatClient(make_model()), _conversation(prompt), [_Executions().calculator()]
+    )
+    caught_up = 0
+    for checkpointed in range(1, len(reference) + 1):
+        state = await _killed_after(make_model, prompt, [_Executions().calculator()], checkpointed)
+        for shown_at in range(checkpointed, len(reference) + 1):
+            shown = reference[shown_at - 1]
+            client = ChatClient(make_model())
+            await client.load(state, resuming_turn=True)
+            await client.catch_up(shown)
+            resumed = await _run(client, _conversation(prompt), [_Executions().calculator()])
+            assert resumed[-1] == reference[-1], (checkpointed, shown_at)
+            if _tool_parts(shown) == _tool_parts(reference[checkpointed - 1]):
+                # The same tool calls, so only text was added: go on from it.
+                assert resumed == reference[shown_at - 1 :], (checkpointed, shown_at)
+                caught_up += shown_at > checkpointed
+            else:
+                assert resumed[0] == reference[checkpointed - 1], (checkpointed, shown_at)
+    assert caught_up > 0
+
+
 async def test_a_tool_completed_before_the_checkpoint_is_not_run_again() -> None:
     tools = _Executions()
     client = ChatClient(_model())

@@ -199,6 +199,25 @@ def test_a_rolling_deploy_resumes_twice_to_the_crash_free_answer(
 
 
 @pytest.mark.processes
+def test_with_no_client_recovering_every_turn_still_ends_as_the_crash_free_run(
+    fast_project: Path, tmp_path: Path
+) -> None:
+    """Unattended rounds: the producer is SIGKILLed, the client hangs up, and
+    nobody attaches again, resumes or asks; only a second device, attached
+    through the survivor before the kill, watches the turn finish."""
+    report = _crash_test(
+        fast_project, tmp_path / "report.json",
+        "--fault", "unattended", "--rounds", "2", "--conversations", "2", "--seed", "7",
+    )  # fmt: skip
+    for entry in report["results"]:
+        assert entry["final_status"] == "done"
+        assert entry["path"] == "unattended>witness:done", entry["path"]
+        assert [reader["kind"] for reader in entry["readers"]] == ["start", "witness"]
+        assert entry["dead_to_new_content_s"] is not None
+    assert report["summary"]["by_fault"]["unattended"]["dead_to_new_content_s"]["p50"] is not None
+
+
+@pytest.mark.processes
 def test_a_cancel_as_the_answer_ends_leaves_one_consistent_verdict(
     fast_project: Path, tmp_path: Path
 ) -> None:

@@ -81,7 +81,9 @@ def crash_test_command(
     fault: Annotated[
         FaultChoice,
         typer.Option(
-            help="kill (SIGKILL), term (SIGTERM: drain), stop (SIGSTOP, then SIGCONT), "
+            help="kill (SIGKILL), unattended (SIGKILL, and no client recovers: only a "
+            "second device attached through another replica watches), term (SIGTERM: "
+            "drain), stop (SIGSTOP, then SIGCONT), "
             "pause-in-write (the replica stops itself inside a checkpoint, transcript or "
             "recording write, continued once its turns finished elsewhere), rolling-deploy "
             "(drain it, then the replica that resumed its turns), cancel-at-end (cancel "

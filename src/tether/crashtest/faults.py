@@ -31,6 +31,9 @@ from tether.testing.pause_in_write import PauseInWrite, WriteKind
 
 class FaultKind(StrEnum):
     KILL = "kill"
+    UNATTENDED = "unattended"
+    """SIGKILL with no client recovering: the client hangs up, and only a second
+    device, attached through another replica before the kill, watches."""
     TERM = "term"
     STOP = "stop"
     PAUSE_IN_WRITE = "pause-in-write"
@@ -48,6 +51,7 @@ class FaultChoice(StrEnum):
     """The ``--fault`` option: one kind for every round, or a random mix of all."""
 
     KILL = "kill"
+    UNATTENDED = "unattended"
     TERM = "term"
     STOP = "stop"
     PAUSE_IN_WRITE = "pause-in-write"
@@ -197,6 +201,7 @@ def _pause(
 
 SIGNALS = {
     FaultKind.KILL: signal.SIGKILL,
+    FaultKind.UNATTENDED: signal.SIGKILL,
     FaultKind.TERM: signal.SIGTERM,
     FaultKind.STOP: signal.SIGSTOP,
     FaultKind.ROLLING_DEPLOY: signal.SIGTERM,
@@ -207,5 +212,5 @@ async def inject(replica: Replica, kind: FaultKind) -> None:
     """Send the fault's signal. A killed replica is waited for (it is gone at once);
     a terminated one drains in its own time while the client recovers."""
     replica.send(SIGNALS[kind])
-    if kind is FaultKind.KILL:
+    if SIGNALS[kind] is signal.SIGKILL:
         await replica.wait_exit(10.0)

@@ -162,6 +162,8 @@ def render_summary(report: CrashTestReport) -> RenderableType:
             fenced = f"; fence checked in {of_fault['fence_checked']} turns"
             if of_fault["fence_unchecked"]:
                 fenced += f", not in {of_fault['fence_unchecked']} (continued before takeover)"
+        if of_fault["dead_to_new_content_s"]["p50"] is not None:
+            fenced += f"; dead to new content {_spread(of_fault['dead_to_new_content_s'])}"
         table.add_row(
             f"  {fault} ({of_fault['rounds']} rounds, {of_fault['turns']} turns)",
             f"recovery {_spread(of_fault['recovery_latency_s'])}; "

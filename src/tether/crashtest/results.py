@@ -41,6 +41,9 @@ class RoundResult:
     """Fault to the first content the client had not seen, from any stream."""
     takeover_latency: float | None = None
     """Fault to the first new content from another replica (None: no takeover)."""
+    dead_to_new_content: float | None = None
+    """Unattended rounds: from the moment the turn read dead (its last heartbeat
+    plus the dead threshold, by the store's clock) to the first new content."""
     duration: float = 0.0
     tool_runs: int | None = None
     expected_tool_runs: int | None = None
@@ -92,6 +95,7 @@ class RoundResult:
             "inter_message_gap_p50_s": _rounded(percentile(self.gaps, 50)),
             "recovery_latency_s": _rounded(self.recovery_latency),
             "takeover_latency_s": _rounded(self.takeover_latency),
+            "dead_to_new_content_s": _rounded(self.dead_to_new_content),
             "duration_s": _rounded(self.duration),
             "tool_runs": self.tool_runs,
             "expected_tool_runs": self.expected_tool_runs,
@@ -187,6 +191,9 @@ class CrashTestReport:
                 ),
                 "takeover_latency_s": _spread(
                     _present(r.takeover_latency for r in of_fault), with_max=True
+                ),
+                "dead_to_new_content_s": _spread(
+                    _present(r.dead_to_new_content for r in of_fault), with_max=True
                 ),
             }
         return {

@@ -8,11 +8,14 @@ snapshots around a fenced producer, the stores after the round) and handed to
 ``invariants.check_round``; the metrics of the summary come from the same
 evidence.
 
-The faults (see ``faults``): kill, term and stop signal the producer at a point
+The faults (see ``faults``): kill, unattended, term and stop signal the producer at a point
 of the first conversation's turn; pause-in-write arms the producer at its start
 to stop itself inside a chosen store write; rolling-deploy drains the producer,
 then the replica the turns were resumed on; cancel-at-end cancels each turn
-from another replica as its answer ends.
+from another replica as its answer ends; unattended kills the producer and
+recovers nothing: each turn's client hangs up at the kill, and only a second
+device, attached through another replica before it, watches the turn finish
+by the replicas' automatic takeover.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import httpx2
 
@@ -89,6 +93,12 @@ class _Evidence:
     after: Snapshot | None = None
     old_readers_ended: bool = True
     cancel: CancelEvidence | None = None
+    witness: TurnReader | None = None
+    """An unattended round's second device, attached through another replica."""
+    dead_at: float | None = None
+    """Unattended: when the killed producer's turn read dead (its last heartbeat
+    plus the dead threshold), as a ``time.time()``: the store's clock is this
+    host's (SQLite) or a server on it (PostgreSQL)."""
     fence_void: str | None = None
     """Why the fence cannot be checked: the producer was continued before the
     turn was taken over (the survivors could not take it: see the notes)."""
@@ -224,6 +234,12 @@ async def _play(
         await asyncio.gather(
             *(_cancel_at_end(api, canceller, plan.fault, t, within=turn_within) for t in active)
         )
+    elif kind is FaultKind.UNATTENDED:
+        await asyncio.gather(*(_witness(ctx, plan, t) for t in active))
+        if not await _fail(ctx, plan, active, state, within=turn_within):
+            return
+        ctx.phase(f"round {plan.number}: nobody recovers; waiting for the verdicts")
+        await asyncio.gather(*(_unattended(ctx, plan, t, turn_within) for t in active))
     else:
         if not await _fail(ctx, plan, active, state, within=turn_within):
             return
@@ -359,6 +375,75 @@ async def _recover_turn(
         owner = _any_running(ctx.cluster, prefer_not=plan.producer)
         if owner is not None:
             evidence.left = await snapshot(ctx.api, owner.url, result.session_id)
+
+
+async def _witness(ctx: RoundContext, plan: RoundPlan, turn: _Turn) -> None:
+    """Attach a second device to the turn through another replica, before the
+    kill: it reads the turn through it and never reconnects, resumes or asks."""
+    replica = _any_running(ctx.cluster, prefer_not=plan.producer)
+    assert replica is not None and turn.result.message_id is not None
+    witness = ctx.api.attach(
+        replica.url, replica.name, turn.result.message_id, turn.result.session_id, label="witness"
+    )
+    turn.evidence.witness = witness
+    turn.evidence.readers.append(witness)
+    if not await witness.wait_for(lambda r: bool(r.messages), 10.0):
+        turn.result.notes.append(f"the witness on {replica.name} got nothing before the kill")
+
+
+async def _unattended(ctx: RoundContext, plan: RoundPlan, turn: _Turn, within: float) -> None:
+    """Recover nothing: the client hangs up at the kill (a closed tab). Wait for
+    the witness's stream to end and the turn to reach a verdict by itself."""
+    evidence, first, result = turn.evidence, turn.first, turn.result
+    witness = evidence.witness
+    assert first is not None and witness is not None
+    try:
+        await first.aclose()  # its events stay evidence; the user saw the witness
+        evidence.dead_at = await _dead_at(ctx, plan, turn)
+        await witness.ended(within)
+        evidence.view.take(witness)
+        result.path = ["unattended", f"witness:{witness.describe_end()}"]
+        verdict = await _verdict_by_itself(ctx, plan, result.session_id, within)
+        evidence.recovered_at = witness.ended_at
+        if verdict is None:
+            result.violations.append(
+                Violation("terminal", f"no verdict within {within:.0f} s with no client recovering")
+            )
+    finally:
+        turn.settled.set()
+        turn.recovered.set()
+
+
+async def _dead_at(ctx: RoundContext, plan: RoundPlan, turn: _Turn) -> float | None:
+    """When the killed producer's turn reads dead: its row's last heartbeat plus
+    the dead threshold (read before any takeover: that takes the threshold)."""
+    replica = _any_running(ctx.cluster, prefer_not=plan.producer)
+    if replica is None:
+        return None
+    with contextlib.suppress(httpx2.HTTPError):
+        status = await ctx.api.status(replica.url, turn.result.session_id)
+        if status is not None and status.epoch == turn.epoch_before and status.heartbeat_at:
+            heartbeat = datetime.fromisoformat(status.heartbeat_at).timestamp()
+            return heartbeat + ctx.settings.dead_after
+    return None
+
+
+async def _verdict_by_itself(
+    ctx: RoundContext, plan: RoundPlan, session_id: str, within: float
+) -> str | None:
+    """The turn's verdict once it has one (polling its status, which recovers
+    nothing); None if it still has none after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        replica = _any_running(ctx.cluster, prefer_not=plan.producer)
+        status = None
+        if replica is not None:
+            with contextlib.suppress(httpx2.HTTPError):
+                status = await ctx.api.status(replica.url, session_id)
+        if status is not None and status.status in ("done", "errored", "cancelled"):
+            return status.status
+        await asyncio.sleep(0.1)
+    return None
 
 
 async def _reach(reader: TurnReader, fault: FaultPlan, *, within: float) -> bool:
@@ -781,6 +866,14 @@ def _measure(result: RoundResult, evidence: _Evidence) -> None:
     first_reader, first_count = consumed[0]
     shown = max((_length(e.message) for e in first_reader.events[:first_count]), default=0)
     result.takeover_latency = _first_new(consumed[1:], fault_at, shown)
+    if evidence.witness is not None:
+        # Unattended: the witness is the only stream the user reads from, and
+        # what it shows first beyond the killed producer's answer is the takeover's.
+        result.takeover_latency = result.recovery_latency
+        if evidence.dead_at is not None and result.recovery_latency is not None:
+            shown_at = fault_at + result.recovery_latency
+            wall = shown_at + (time.time() - time.monotonic())
+            result.dead_to_new_content = wall - evidence.dead_at
 
 
 def _first_new(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from tether.domain.chat_message import ChatMessage
 
 CheckpointHook = Callable[[], Awaitable[None]]
 
@@ -63,3 +66,13 @@ class ResumableAgentDependency(ABC):
         turn being resumed (a takeover after the producer died), and False when
         it comes from an earlier, finished turn of the conversation.
         """
+
+    async def catch_up(self, shown: ChatMessage) -> None:  # noqa: B027 - optional hook
+        """Optional, on a resume, right after ``load``: ``shown`` is the turn's
+        newest message as its clients last saw it (the recording, flushed every
+        half second), often newer than the checkpoint just loaded (taken every
+        few seconds). A dependency that can go on from there does, so the
+        resumed turn streams new content at once instead of producing again,
+        at the model's pace, what was already shown. The default keeps the
+        checkpoint; the runtime then holds back what is produced again until
+        it passes ``shown``."""

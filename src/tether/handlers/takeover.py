@@ -4,7 +4,7 @@ A stateful turn outlives its producer only if someone resumes it. A client
 that comes back does (``POST /chat/stream?resume=true``); this module makes
 the replicas do it by themselves, within a second of the turn reading dead:
 
-- Every ``TETHER_TAKEOVER_SCAN_INTERVAL`` each replica asks the supervision
+- Every ``TETHER_TAKEOVER_SCAN_INTERVAL`` (0.25 s) each replica asks the supervision
   store for RUNNING rows whose heartbeat is older than the dead threshold
   (``list_stale_running``: an index, a sorted set, one directory; the cost
   does not grow with the live turns of other replicas).
@@ -21,9 +21,11 @@ the replicas do it by themselves, within a second of the turn reading dead:
   ``PRODUCER_LOST`` (the reaper): nothing reads ``running`` forever. With
   ``TETHER_TAKEOVER=false`` replicas still reap, but leave resumable turns to
   a client's resume.
-- Replicas do not stampede: each waits a random part of the scan interval
-  before claiming, and a turn a replica failed to take is left to the others
-  for a growing back-off.
+- Replicas do not stampede: each scans on its own phase and walks the dead
+  turns it found in its own random order (so the replicas of a deployment
+  that lost one with many turns take different ones, not all the same one
+  first), and a turn a replica failed to take is left to the others for a
+  growing back-off.
 
 A supervision store without ``list_stale_running`` (a seed-only adapter)
 keeps the client-driven resume only; the server says so at start-up.
@@ -133,15 +135,14 @@ class AutomaticTakeover:
         assert store is not None
         cutoff = handler.clock() - handler.dead_after
         handled = 0
-        for stale in await store.list_stale_running(cutoff, _BATCH):
+        found = await store.list_stale_running(cutoff, _BATCH)
+        random.shuffle(found)
+        for stale in found:
             if stale.tenant == LEASE_KEY.tenant or handler.draining:
                 continue  # the retention lease is a row, not a turn
             attempt = self._attempts.get(stale.supervision.message_id)
             if attempt is not None and self._monotonic() < attempt.not_before:
                 continue
-            # Not all replicas at once: the first to claim wins, the rest are
-            # refused, and a spread start keeps the refusals few.
-            await asyncio.sleep(random.uniform(0, self._interval / 2))
             if await self._take(stale):
                 handled += 1
                 self._attempts.pop(stale.supervision.message_id, None)

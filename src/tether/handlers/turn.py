@@ -145,6 +145,7 @@ class Turn:
         self._holding_back = recorded
         # A taken-over turn's first new content ends the outage its clients saw.
         self._unmeasured_takeover = lease.takeover if lease is not None else None
+        self._first_flush: asyncio.Task[None] | None = None
         self._takeovers = 0
         self._marked_state: DependencyState | None = None
         self._resumables: list[ResumableAgentDependency] = []
@@ -378,9 +379,6 @@ class Turn:
             if is_regression(self._holding_back, message):
                 return
             self._holding_back = None
-        if self._unmeasured_takeover is not None:
-            taken, self._unmeasured_takeover = self._unmeasured_takeover, None
-            self._metrics.takeover_produced(taken, self._clock())
         if self.buffer.next_index - self.buffer.first_index >= self._settings.max_turn_events:
             raise TurnLimitError(
                 "TURN_TOO_LONG",
@@ -396,6 +394,12 @@ class Turn:
         event = self.buffer.publish(stamped)
         if self._deltas is not None:
             self._deltas.offer(self, event)
+        if self._unmeasured_takeover is not None:
+            taken, self._unmeasured_takeover = self._unmeasured_takeover, None
+            self._metrics.takeover_produced(taken, self._clock())
+            # The outage its readers on other replicas see ends with this
+            # message: record it now, not at the replica's next flush.
+            self._first_flush = asyncio.get_running_loop().create_task(self._flush_quietly())
 
     # ------------------------------------------------------ state and resume
 
@@ -427,6 +431,10 @@ class Turn:
             resuming_turn = False  # marked as this turn's by ``mark`` already
         for dep in self._resumables:
             await dep.load(state.get(dep.state_key, {}), **_load_options(dep, resuming_turn))
+            if self._recorded is not None:
+                # What its clients saw is often newer than the checkpoint: go on
+                # from there where the dependency can (no text said twice).
+                await dep.catch_up(self._recorded)
             dep.bind_checkpoint_hook(self.checkpoint)
         if any(dep.restores_conversation for dep in self._resumables):
             return self._input
@@ -565,6 +573,12 @@ class Turn:
         # latest message again), but this turn's own put failing.
         logger.error("turn %s: recording flush failed", self.message_id, exc_info=error)
         self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
+
+    async def _flush_quietly(self) -> None:
+        """``_flush`` out of band: a failure is the next regular flush's to handle
+        (a fenced write has fenced the writer already)."""
+        with contextlib.suppress(Exception):
+            await self._flush()
 
     async def _flush(self) -> None:
         """Record the newest message now (the end of the turn, a hand-off, a

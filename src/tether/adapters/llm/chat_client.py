@@ -119,6 +119,20 @@ class ChatClient(ResumableAgentDependency):
         await self.request_checkpoint()
         return turn.message()
 
+    async def catch_up(self, shown: ChatMessage) -> None:
+        """Go on from the answer its clients saw when it only adds text to the
+        checkpointed one: that text becomes the model's partial response, which
+        the model is asked to continue. A shown answer that differs otherwise (a
+        tool call shown running, parts the checkpoint lacks) keeps the
+        checkpoint, and what the model says again is held back by the runtime."""
+        turn = self._turn
+        if turn.finished or turn.pending_tool_calls():
+            return
+        extra = turn.text_beyond(shown.content_parts or [])
+        if extra:
+            turn.add_text(extra)
+            self._resume_next = True
+
     async def dump(self) -> dict[str, Any]:
         """The current turn's progress, JSON-serializable."""
         return self._turn.model_dump(mode="json")
@@ -331,6 +345,23 @@ class _TurnState(BaseModel):
             self.content_parts.append(ContentPart(type=ContentPartType.TEXT, text=text))
         self.partial_text += text
         self._refresh_content()
+
+    def text_beyond(self, shown: Sequence[ContentPart]) -> str:
+        """The text ``shown`` has past this state's answer, when that is all it
+        has past it: the same parts, with the response in progress longer, or
+        one more text part (a response begun after the last tool call). ``""``
+        otherwise."""
+        parts = self.content_parts
+        if self.partial_text and parts and parts[-1].type is ContentPartType.TEXT:
+            if len(shown) != len(parts) or list(shown[:-1]) != parts[:-1]:
+                return ""
+            said, mine = shown[-1].text or "", parts[-1].text or ""
+            if shown[-1].type is not ContentPartType.TEXT or not said.startswith(mine):
+                return ""
+            return said[len(mine) :]
+        if len(shown) != len(parts) + 1 or list(shown[:-1]) != parts:
+            return ""
+        return (shown[-1].text or "") if shown[-1].type is ContentPartType.TEXT else ""
 
     def add_note(self, text: str) -> None:
         self.content_parts.append(ContentPart(type=ContentPartType.TEXT, text=text))
