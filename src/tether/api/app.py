@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tether.api.auth import AuthenticationError, Authenticator, HeaderAuthenticator
 from tether.api.body_limit import BodySizeLimitMiddleware
 from tether.api.identity import AUTH_RESPONSES, AUTHENTICATED
-from tether.api.routers import chat, conversations, metrics, probes, web
+from tether.api.routers import ai_sdk, chat, conversations, metrics, probes, web
 from tether.api.signal_drain import SignalDrain
 from tether.domain.agent_registries import AgentRegistriesFactory
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
@@ -189,6 +189,7 @@ def setup_app(
 
     app.include_router(chat.router, dependencies=AUTHENTICATED, responses=AUTH_RESPONSES)
     app.include_router(conversations.router, dependencies=AUTHENTICATED, responses=AUTH_RESPONSES)
+    app.include_router(ai_sdk.router, dependencies=AUTHENTICATED, responses=AUTH_RESPONSES)
     app.include_router(probes.router)
     app.include_router(metrics.router)
     app.include_router(web.router)
