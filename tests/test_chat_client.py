@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 from collections import Counter
@@ -34,9 +35,15 @@ from tether.domain.chat_model import (
     TextDelta,
     ToolSpec,
 )
-from tether.tools import Tool, tool
+from tether.domain.turn_context import TurnContext
+from tether.tools import Tool, current_tool_call, tool
 
 EXAMPLES = Path(__file__).parent.parent / "src" / "tether" / "examples" / "agents"
+
+
+TURN = TurnContext(
+    tenant="t", requester_uuid="u", session_id="s", message_id="m1", agent_identifier="a"
+)
 
 
 def _conversation(text: str) -> list[ChatMessage]:
@@ -367,12 +374,12 @@ async def test_a_tool_completed_before_the_checkpoint_is_not_run_again() -> None
     prompt = "What is 6 * 7 and what time is it?"
     stream = _closable(client.stream(_conversation(prompt), [tools.calculator(), tools.clock()]))
     async for _ in stream:
-        if checkpoints:
+        if any(_completed_tools(state) for state in checkpoints):
             break  # the producer dies right after the first tool completed
     await stream.aclose()
     assert tools.counts == Counter({"calculator:6 * 7": 1})
 
-    resumed = await _resumed(_model, prompt, [tools.calculator(), tools.clock()], checkpoints[0])
+    resumed = await _resumed(_model, prompt, [tools.calculator(), tools.clock()], checkpoints[-1])
     # The calculator is not executed again; the clock, never completed, runs now.
     assert tools.counts == Counter({"calculator:6 * 7": 1, "clock": 1})
     reference = await _crash_free(
@@ -381,11 +388,20 @@ async def test_a_tool_completed_before_the_checkpoint_is_not_run_again() -> None
     assert resumed[-1] == reference
 
 
-async def test_a_tool_running_at_checkpoint_time_may_run_again() -> None:
+def _completed_tools(state: dict[str, Any]) -> list[str]:
+    return [
+        p["tool"]["name"]
+        for p in state["content_parts"]
+        if p["type"] == "tool" and p["tool"]["status"] == "completed"
+    ]
+
+
+async def test_a_read_only_tool_running_at_checkpoint_time_runs_again() -> None:
+    """Its outcome is unknown on resume; reading twice is harmless: ``retry``."""
     client = ChatClient(_model())
     states: list[dict[str, Any]] = []
 
-    @tool(name="calculator")
+    @tool(name="calculator", read_only=True)
     async def calculator(expression: str) -> int:
         # The checkpoint the periodic worker takes while the tool is running.
         states.append(_json_round_trip(await client.dump()))
@@ -400,7 +416,105 @@ async def test_a_tool_running_at_checkpoint_time_may_run_again() -> None:
     assert resumed[-1] == reference[-1]
 
 
-async def test_request_checkpoint_follows_each_completed_tool_call() -> None:
+async def _state_inside_the_call(
+    on_unknown: str | None, prompt: str = "What is 6 * 7?"
+) -> tuple[dict[str, Any], list[str]]:
+    """A turn whose producer dies inside its tool call: the checkpoint it leaves
+    (the call started, not completed), and the log of the tool's runs."""
+    client = ChatClient(_model(), turn_id="turn-1")
+    states: list[dict[str, Any]] = []
+    runs: list[str] = []
+
+    @tool(name="calculator", on_unknown=on_unknown)  # type: ignore[arg-type]
+    async def calculator(expression: str) -> int:
+        call = current_tool_call()
+        assert call is not None
+        runs.append(f"{call.idempotency_key}#{call.attempt}")
+        if len(runs) == 1:
+            states.append(_json_round_trip(await client.dump()))
+            raise asyncio.CancelledError  # the replica dies here
+        return 42
+
+    stream = _closable(client.stream(_conversation(prompt), [calculator]))
+    with pytest.raises(asyncio.CancelledError):
+        async for _ in stream:
+            pass
+    return states[0], runs
+
+
+def _calculator_logging(runs: list[str], **options: Any) -> Tool:
+    @tool(name="calculator", **options)
+    async def calculator(expression: str) -> int:
+        call = current_tool_call()
+        assert call is not None
+        runs.append(f"{call.idempotency_key}#{call.attempt}")
+        return 42
+
+    return calculator
+
+
+async def test_a_writing_tool_whose_call_was_cut_off_is_not_run_again() -> None:
+    """The default for a tool that is not read-only (``fail``): at most once, and
+    the model is told the call may or may not have happened."""
+    state, runs = await _state_inside_the_call(on_unknown=None)
+    model = _RecordingModel(_model())
+    client = ChatClient(model, turn_id="turn-1")
+    await client.load(state, resuming_turn=True)
+    resumed = await _run(client, _conversation("What is 6 * 7?"), [_calculator_logging(runs)])
+    assert runs == ["turn-1:0#1"]  # never again
+    [part] = _tool_parts(resumed[-1])
+    assert part.status == ToolCallStatus.ERROR
+    assert "may or may not have happened" in str(part.response)
+    told = [m for m in model.transcripts[0] if m.role == "tool"]
+    assert len(told) == 1 and "may or may not have happened" in told[0].content
+
+
+async def test_a_retry_tool_runs_again_with_the_same_idempotency_key() -> None:
+    state, runs = await _state_inside_the_call(on_unknown="retry")
+    client = ChatClient(_model(), turn_id="turn-1")
+    await client.load(state, resuming_turn=True)
+    resumed = await _run(
+        client, _conversation("What is 6 * 7?"), [_calculator_logging(runs, on_unknown="retry")]
+    )
+    assert runs == ["turn-1:0#1", "turn-1:0#2"]
+    [part] = _tool_parts(resumed[-1])
+    assert (part.status, part.response) == (ToolCallStatus.COMPLETED, 42)
+
+
+async def test_an_ask_tool_whose_call_was_cut_off_ends_the_turn_with_a_question() -> None:
+    state, runs = await _state_inside_the_call(on_unknown="ask")
+    model = _RecordingModel(_model())
+    client = ChatClient(model, turn_id="turn-1")
+    await client.load(state, resuming_turn=True)
+    resumed = await _run(
+        client, _conversation("What is 6 * 7?"), [_calculator_logging(runs, on_unknown="ask")]
+    )
+    assert runs == ["turn-1:0#1"]
+    assert model.transcripts == []  # the model is not asked to go on
+    assert "Should I run it again" in resumed[-1].content
+    assert all(p.status == ToolCallStatus.ERROR for p in _tool_parts(resumed[-1]))
+    assert (await client.dump())["finished"] is True
+
+
+async def test_a_fenced_producer_never_runs_the_tool() -> None:
+    """The call's *started* checkpoint is a fenced write: refused, nothing runs."""
+
+    class Fenced(Exception):
+        pass
+
+    runs: list[str] = []
+    client = ChatClient(_model(), turn_id="turn-1")
+
+    async def refused() -> None:
+        raise Fenced
+
+    client.bind_checkpoint_hook(refused)
+    with pytest.raises(Fenced):
+        await _run(client, _conversation("What is 6 * 7?"), [_calculator_logging(runs)])
+    assert runs == []
+
+
+async def test_request_checkpoint_brackets_each_tool_call() -> None:
     tools = _Executions()
     client = ChatClient(_model())
     statuses_at_checkpoint: list[list[str]] = []
@@ -417,7 +531,13 @@ async def test_request_checkpoint_follows_each_completed_tool_call() -> None:
         _conversation("What is 6 * 7 and what time is it?"),
         [tools.calculator(), tools.clock()],
     )
-    assert statuses_at_checkpoint == [["completed", "running"], ["completed", "completed"]]
+    # Each call is checkpointed as started before it runs, and with its result after.
+    assert statuses_at_checkpoint == [
+        ["running", "running"],
+        ["completed", "running"],
+        ["completed", "running"],
+        ["completed", "completed"],
+    ]
 
 
 async def test_dump_is_json_serializable_at_every_yield() -> None:
@@ -486,7 +606,7 @@ def test_factory_builds_the_offline_model_by_default() -> None:
             llm_configuration_name=name,
             agent_configuration={"llm": {"seed": 3, "answer_chunks": 7, "max_tool_rounds": 2}},
         )
-        client = ChatClientFactory.create(setup)
+        client = ChatClientFactory.create(setup, TURN)
         assert isinstance(client.model, OfflineChatModel)
         assert (client.model.options.seed, client.model.options.answer_chunks) == (3, 7)
         assert client.max_tool_rounds == 2
@@ -505,17 +625,17 @@ async def test_factory_builds_the_openai_model_with_a_key_from_the_environment(
             "llm": {"model": "gpt-test", "base_url": "http://127.0.0.1:9/v1", "temperature": 0.2}
         },
     )
-    client = ChatClientFactory.create(setup)
+    client = ChatClientFactory.create(setup, TURN)
     model = client.model
     assert isinstance(model, OpenAICompatibleChatModel)
     assert (model.model, model.temperature) == ("gpt-test", 0.2)
     assert model._client.api_key == "from-openai-env"
     monkeypatch.setenv("TETHER_LLM_API_KEY", "from-tether-env")
-    assert ChatClientFactory.create(setup).model._client.api_key == "from-tether-env"  # type: ignore[attr-defined]
+    assert ChatClientFactory.create(setup, TURN).model._client.api_key == "from-tether-env"  # type: ignore[attr-defined]
     secret = setup.model_copy(
         update={"agent_configuration": {"llm": {"model": "gpt-test", "api_key": "from-secrets"}}}
     )
-    assert ChatClientFactory.create(secret).model._client.api_key == "from-secrets"  # type: ignore[attr-defined]
+    assert ChatClientFactory.create(secret, TURN).model._client.api_key == "from-secrets"  # type: ignore[attr-defined]
     await client.aclose()
 
 
@@ -532,17 +652,17 @@ def test_factory_errors_are_clear(monkeypatch: pytest.MonkeyPatch) -> None:
         )
 
     with pytest.raises(ValueError, match="unknown llm_configuration_name 'claude'"):
-        ChatClientFactory.create(setup("claude", {}))
+        ChatClientFactory.create(setup("claude", {}), TURN)
     with pytest.raises(ValueError, match="no API key"):
-        ChatClientFactory.create(setup("openai", {"model": "m"}))
+        ChatClientFactory.create(setup("openai", {"model": "m"}), TURN)
     with pytest.raises(ValueError, match="needs a 'model'"):
-        ChatClientFactory.create(setup("openai", {"api_key": "k"}))
+        ChatClientFactory.create(setup("openai", {"api_key": "k"}), TURN)
     with pytest.raises(ValueError, match="unknown openai llm options"):
-        ChatClientFactory.create(setup("openai", {"model": "m", "api_key": "k", "seed": 1}))
+        ChatClientFactory.create(setup("openai", {"model": "m", "api_key": "k", "seed": 1}), TURN)
     with pytest.raises(ValueError, match="invalid offline model options"):
-        ChatClientFactory.create(setup("offline", {"chunk_size": -1}))
+        ChatClientFactory.create(setup("offline", {"chunk_size": -1}), TURN)
     with pytest.raises(ValueError, match="must be an object"):
-        ChatClientFactory.create(setup("offline", "fast"))
+        ChatClientFactory.create(setup("offline", "fast"), TURN)
 
 
 # The example long-writer: the reference turn of the crash tests
@@ -563,7 +683,7 @@ async def test_long_writer_setup_streams_about_200_chunks_over_about_20_seconds(
         s["agent_identifier"]: s for s in json.loads((EXAMPLES / "agent_setups.json").read_text())
     }
     setup = AgentSetup.model_validate(setups["long-writer"])
-    assert ChatClientFactory.create(setup).model.options.answer_chunks == 200  # type: ignore[attr-defined]
+    assert ChatClientFactory.create(setup, TURN).model.options.answer_chunks == 200  # type: ignore[attr-defined]
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.scripted import ScriptedCluster, ScriptedRegistries, Scripts
 from tether.api.app import setup_app
-from tether.domain.chat_message import ChatMessageSender
+from tether.domain.chat_message import ChatMessageSender, ToolCallStatus
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.handlers.errors import ConversationBusyError
@@ -163,6 +163,27 @@ async def test_a_cancel_racing_the_seal_leaves_one_answer(cluster: ScriptedClust
     assert _bots(transcript) == ["the whole answer"]
     row = await _row(cluster, "s1")
     assert row is not None and row.status is ChatStreamStatus.CANCELLED
+
+
+async def test_a_turn_cancelled_inside_a_tool_call_leaves_no_call_running(
+    cluster: ScriptedCluster,
+) -> None:
+    """The kept partial answer closes the call it stopped in: the transcript
+    never shows it running, and the next turn's model gets it answered."""
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    script = cluster.scripts.of(turn.message_id)
+    script.say("Sending it now.")
+    script.call_tool("send_email")
+    await script.spoken(2)
+    assert a.flusher is not None
+    await a.flusher.flush()  # the answer as its readers saw it is recorded
+    await b.cancel("t", "u", "s1", turn.message_id)
+    await cluster.ended(turn)
+    answer = (await cluster.transcript("s1"))[-1]
+    [call] = [p.tool for p in answer.content_parts or [] if p.tool is not None]
+    assert (call.name, call.status) == ("send_email", ToolCallStatus.ERROR)
+    assert "may or may not have happened" in str(call.response)
 
 
 async def test_a_cancel_keeps_the_current_owners_content_not_a_stale_local_copy(

@@ -668,7 +668,7 @@ async def test_the_offline_model_calls_the_mcp_tool_its_setup_names(mcp: WhoamiS
         tenant="t", requester_uuid="u", session_id=None, message_id="m", agent_identifier="agent"
     )
     tools = MCPToolsFactory.create(setup, turn)
-    chat_client = ChatClientFactory.create(setup)
+    chat_client = ChatClientFactory.create(setup, turn)
     conversation = [ChatMessage(sender=ChatMessageSender.USER, content="Hi")]
     answers = [m async for m in chat_client.stream(conversation, tools=await tools.tools())]
     final = answers[-1]
@@ -681,7 +681,7 @@ async def test_the_offline_model_calls_the_mcp_tool_its_setup_names(mcp: WhoamiS
     )
     assert "The svc__whoami tool returned you are svc." in final.content
     # Not offered (say, the server is waiting for the user's authorization): no call.
-    unused = ChatClientFactory.create(setup)
+    unused = ChatClientFactory.create(setup, turn)
     answers = [m async for m in unused.stream(conversation, tools=[])]
     assert not [p for p in answers[-1].content_parts or [] if p.tool is not None]
     with pytest.raises(ValueError, match="call_tool"):

@@ -8,19 +8,22 @@ from itertools import pairwise
 from typing import Any
 
 import httpx2
+import openai
 import pytest
 
 from tether.adapters.llm import ChatClient, OpenAICompatibleChatModel
 from tether.domain.chat_message import (
     ChatMessage,
     ChatMessageSender,
+    ContentPart,
     ContentPartTool,
+    ContentPartType,
     ToolCallStatus,
 )
 from tether.domain.chat_model import ModelMessage, ModelToolCall, TextDelta, ToolSpec
 from tether.tools import MalformedToolCall, tool
 
-from .support.openai_server import CONTINUATION, OpenAICompatibleServer
+from .support.openai_server import CONTINUATION, OpenAICompatibleServer, unanswered_tool_call
 
 
 @pytest.fixture
@@ -161,3 +164,66 @@ async def test_aclose_closes_the_client_it_built(server: OpenAICompatibleServer)
     model = _model(server)
     await model.aclose()
     assert model._client.is_closed()
+
+
+async def test_an_answer_cut_off_inside_a_tool_call_is_a_valid_conversation_next_turn(
+    server: OpenAICompatibleServer,
+) -> None:
+    """A cancelled turn leaves its tool call without a result. The next turn
+    sends that answer to the model with the call answered (as cancelled): the
+    server, as strict as OpenAI's API about unanswered calls, takes it."""
+    cut_off = ChatMessage(
+        sender=ChatMessageSender.BOT,
+        content="Let me work that out.",
+        content_parts=[
+            ContentPart(type=ContentPartType.TEXT, text="Let me work that out."),
+            ContentPart(
+                type=ContentPartType.TOOL,
+                tool=ContentPartTool(
+                    tool_call_id="call_1", name="calculator", params={"expression": "6 * 7"}
+                ),
+            ),
+        ],
+    )
+    conversation = [
+        ChatMessage(sender=ChatMessageSender.USER, content="What is 6 * 7?"),
+        cut_off,
+        ChatMessage(sender=ChatMessageSender.USER, content="Try again: what is 6 * 7?"),
+    ]
+    executed: list[str] = []
+    client = ChatClient(_model(server))
+    messages = [m async for m in client.stream(conversation, [_calculator(executed)])]
+    await client.aclose()
+    assert messages[-1].content.endswith("Done.")
+    assert executed == ["6 * 7"]
+    sent = server.requests[0]["messages"]
+    assert unanswered_tool_call(sent) is None
+    [closing] = [m for m in sent if m["role"] == "tool" and m["tool_call_id"] == "call_1"]
+    assert "may or may not have happened" in closing["content"]
+
+
+async def test_the_test_server_refuses_an_unanswered_tool_call(
+    server: OpenAICompatibleServer,
+) -> None:
+    """So the test above proves something: the server is as strict as OpenAI's."""
+    sdk = openai.AsyncOpenAI(base_url=server.base_url, api_key="test-key")
+    with pytest.raises(openai.BadRequestError, match="tool_call_id"):
+        await sdk.chat.completions.create(
+            model="test-model",
+            messages=[
+                {"role": "user", "content": "What is 6 * 7?"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "calculator", "arguments": "{}"},
+                        }
+                    ],
+                },
+                {"role": "user", "content": "Again?"},
+            ],
+        )
+    await sdk.close()

@@ -3,15 +3,35 @@
 ``@tool`` builds a ``Tool`` from a plain async function. The schema comes from the
 signature's type hints (through pydantic), so the schema the model sees and the
 validation ``invoke`` applies can never drift apart.
+
+A tool call survives its replica dying: the model/tool loop records a call as
+*started* in the turn's checkpoint before it runs and *completed* with its
+result after. On resume a completed call is never run again; a call that
+started but never completed has an *unknown outcome*, and the tool's
+``on_unknown`` says what happens then:
+
+- ``"retry"``: run it again (the default for ``read_only`` tools: reading twice
+  is harmless);
+- ``"fail"``: do not run it; the model gets a result saying the call may or
+  may not have happened (the default for every other tool: a call that must
+  not run twice never does);
+- ``"ask"``: do not run it; the turn ends asking the user what to do.
+
+While a tool runs, ``current_tool_call()`` gives its ``idempotency_key`` (the
+turn and the call's place in it: the same on every attempt, on every
+replica), to pass on to the service it calls so that service can refuse a
+repeat too.
 """
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any, overload
+from typing import Annotated, Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.json_schema import GenerateJsonSchema
@@ -19,6 +39,42 @@ from pydantic.json_schema import GenerateJsonSchema
 from tether.domain.chat_model import ModelToolCall, ToolSpec
 
 ToolFunction = Callable[..., Awaitable[Any]]
+OnUnknown = Literal["retry", "fail", "ask"]
+"""What a resumed turn does with a call that started but never completed."""
+ON_UNKNOWN: tuple[OnUnknown, ...] = ("retry", "fail", "ask")
+
+
+@dataclass(frozen=True)
+class ToolCallContext:
+    """The call a tool is running for (``current_tool_call()``)."""
+
+    idempotency_key: str
+    """``{turn}:{index}``: the turn's message id and the call's place among the
+    turn's tool calls. The same on every attempt of this call, on any replica."""
+    call_index: int
+    attempt: int
+    """1, or more when a ``retry`` tool runs again after its outcome was unknown."""
+    tool_call_id: str
+
+
+_CURRENT: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVar(
+    "tether_tool_call", default=None
+)
+
+
+def current_tool_call() -> ToolCallContext | None:
+    """The call the running tool serves; None outside a tool call."""
+    return _CURRENT.get()
+
+
+@contextmanager
+def running_tool_call(context: ToolCallContext) -> Iterator[None]:
+    """Make ``context`` the current call while a tool runs (the tool loop's part)."""
+    token = _CURRENT.set(context)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
 
 
 class ToolArgumentsError(ValueError):
@@ -45,12 +101,20 @@ class Tool:
     model's arguments against the function's signature before calling it.
     """
 
+    read_only: bool = False
+    """The tool only reads: running it twice is harmless."""
+    on_unknown: OnUnknown = "fail"
+    """See the module docstring."""
+
     def __init__(
         self,
         name: str,
         description: str,
         function: ToolFunction,
         parameters: dict[str, Any] | None = None,
+        *,
+        read_only: bool = False,
+        on_unknown: OnUnknown | None = None,
     ) -> None:
         if not name:
             raise ValueError("a tool needs a non-empty name")
@@ -61,15 +125,38 @@ class Tool:
         self.function = function
         self._arguments_model = _arguments_model(name, function)
         self.parameters = parameters if parameters is not None else _schema(self._arguments_model)
+        self.set_outcome_policy(read_only=read_only, on_unknown=on_unknown)
+
+    def set_outcome_policy(self, *, read_only: bool, on_unknown: OnUnknown | None) -> None:
+        """Whether the tool only reads, and what a resume does with a call of it
+        whose outcome is unknown (default: ``retry`` if it only reads, else ``fail``)."""
+        if on_unknown is not None and on_unknown not in ON_UNKNOWN:
+            raise ValueError(
+                f"tool {self.name!r}: on_unknown must be one of {ON_UNKNOWN}, not {on_unknown!r}"
+            )
+        self.read_only = read_only
+        self.on_unknown = on_unknown or ("retry" if read_only else "fail")
 
     @classmethod
     def from_function(
-        cls, function: ToolFunction, *, name: str | None = None, description: str | None = None
+        cls,
+        function: ToolFunction,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        read_only: bool = False,
+        on_unknown: OnUnknown | None = None,
     ) -> Tool:
         """Build a tool from ``function``: its name, its docstring's first paragraph."""
         if description is None:
             description = _first_paragraph(inspect.getdoc(function) or "")
-        return cls(name or function.__name__, description, function)
+        return cls(
+            name or function.__name__,
+            description,
+            function,
+            read_only=read_only,
+            on_unknown=on_unknown,
+        )
 
     def spec(self) -> ToolSpec:
         """The tool as the model sees it."""
@@ -108,7 +195,11 @@ def tool(function: ToolFunction, /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    on_unknown: OnUnknown | None = None,
 ) -> Callable[[ToolFunction], Tool]: ...
 
 
@@ -118,13 +209,18 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    read_only: bool = False,
+    on_unknown: OnUnknown | None = None,
 ) -> Tool | Callable[[ToolFunction], Tool]:
-    """Turn an async function into a ``Tool``: ``@tool`` or ``@tool(name=..., description=...)``."""
+    """Turn an async function into a ``Tool``: ``@tool``, or with options
+    ``@tool(name=..., description=..., read_only=..., on_unknown=...)``."""
     if function is not None:
         return Tool.from_function(function)
 
     def decorator(inner: ToolFunction) -> Tool:
-        return Tool.from_function(inner, name=name, description=description)
+        return Tool.from_function(
+            inner, name=name, description=description, read_only=read_only, on_unknown=on_unknown
+        )
 
     return decorator
 

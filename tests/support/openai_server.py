@@ -8,7 +8,9 @@ an HTTP connection, not against a patched client. Its answers are scripted:
   the argument string split over several chunks (as real servers stream it);
   if the last user message contains "broken", the arguments are invalid JSON;
 - a request carrying tool results answers with text quoting the results;
-- a request ending with a partial assistant message continues it with text.
+- a request ending with a partial assistant message continues it with text;
+- a request with a tool call no tool message answers is refused with a 400,
+  as OpenAI's API refuses it.
 
 Every request body is recorded, so a test can check what the client sent.
 """
@@ -25,7 +27,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 CALCULATOR_ARGUMENT_PIECES = ['{"expre', 'ssion": "6', " * 7", '"}']
@@ -71,9 +73,27 @@ def _text_response(text: str) -> Iterator[str]:
     yield _chunk({}, finish_reason="stop")
 
 
+def unanswered_tool_call(messages: list[dict[str, Any]]) -> str | None:
+    """The id of a tool call with no tool message answering it before the next
+    non-tool message: what OpenAI's API refuses with a 400."""
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant" or not message.get("tool_calls"):
+            continue
+        answered = set()
+        for later in messages[index + 1 :]:
+            if later["role"] != "tool":
+                break
+            answered.add(later.get("tool_call_id"))
+        for call in message["tool_calls"]:
+            if call["id"] not in answered:
+                return str(call["id"])
+    return None
+
+
 def _respond(body: dict[str, Any]) -> Iterator[str]:
     messages: list[dict[str, Any]] = body["messages"]
-    results = [m["content"] for m in messages if m["role"] == "tool"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    results = [m["content"] for m in messages[last_user:] if m["role"] == "tool"]
     last = messages[-1]
     if last["role"] == "assistant" and not last.get("tool_calls"):
         yield from _text_response(CONTINUATION)
@@ -112,10 +132,21 @@ class OpenAICompatibleServer:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    async def _completions(self, request: Request) -> StreamingResponse:
+    async def _completions(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(body)
         self.headers.append(dict(request.headers))
+        unanswered = unanswered_tool_call(body["messages"])
+        if unanswered is not None:
+            # As the real API does: a conversation with an unanswered call is refused.
+            error = {
+                "message": "An assistant message with 'tool_calls' must be followed by tool "
+                f"messages responding to each 'tool_call_id'. Missing: {unanswered}",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": None,
+            }
+            return JSONResponse({"error": error}, status_code=400)
 
         async def events() -> AsyncIterator[str]:
             for event in _respond(body):

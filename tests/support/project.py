@@ -20,7 +20,9 @@ def make_project(
     """A project with agents ``writer`` (long-writer shape: a calculator call after
     ``tool_call_after_chunks``), ``plain`` (the same without the tool), ``outliner``
     (the README's resumable-dependency example), ``broken`` (fails after three
-    messages) and ``poison`` (SIGKILLs its own replica after three)."""
+    messages), ``poison`` (SIGKILLs its own replica after three), and
+    ``calls-send_note`` / ``calls-fetch_note`` (a writing / reading tool call that
+    SIGKILLs its replica in the middle of its first attempt)."""
     shutil.copytree(TEMPLATE, directory, dirs_exist_ok=True)
     llm = {
         "seed": seed,
@@ -50,6 +52,21 @@ def make_project(
             "llm_configuration_name": "offline",
             "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
         },
+        *(
+            {
+                "agent_identifier": f"calls-{name}",
+                "agent_name": "caller",
+                "llm_configuration_name": "offline",
+                "agent_configuration": {
+                    "llm": {
+                        **llm,
+                        "tool_call_after_chunks": None,
+                        "call_tool": {"name": name, "arguments": {"text": "hello"}},
+                    }
+                },
+            }
+            for name in ("send_note", "fetch_note")
+        ),
         {
             "agent_identifier": "poison",
             "agent_name": "poison",

@@ -26,7 +26,13 @@ from tether.domain.agent_dependency import ResumableAgentDependency
 from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.chat_agent import StreamableChatAgent
-from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_message import (
+    ChatMessage,
+    ChatMessageSender,
+    ContentPart,
+    ContentPartTool,
+    ContentPartType,
+)
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
@@ -70,6 +76,10 @@ class Script:
 
     def say(self, text: str) -> None:
         self.steps.put_nowait(("say", text))
+
+    def call_tool(self, name: str) -> None:
+        """The agent shows a call of tool ``name`` running (and stays inside it)."""
+        self.steps.put_nowait(("tool", name))
 
     def checkpoint(self) -> None:
         """The agent asks for a checkpoint (as after a completed tool call)."""
@@ -130,6 +140,12 @@ class ScriptedAgent(StreamableChatAgent):
             if kind == "checkpoint":
                 await self.notebook.request_checkpoint()
                 continue
+            if kind == "tool":
+                self.script.said.append(self.notebook.text)
+                async with self.script._progress:
+                    self.script._progress.notify_all()
+                yield _calling(self.notebook.text, text)
+                continue
             self.notebook.text += text
             self.script.said.append(self.notebook.text)
             async with self.script._progress:
@@ -159,6 +175,21 @@ class ScriptedRegistries(AgentRegistriesFactory):
         notebook = Notebook()
         agent = ScriptedAgent(self.scripts.next_producer(turn.message_id), notebook)
         return CreatedAgent(agent=agent, setup=setup, dependencies=[notebook])
+
+
+def _calling(text: str, tool: str) -> ChatMessage:
+    """The answer so far, with a call of ``tool`` shown running."""
+    return ChatMessage(
+        sender=ChatMessageSender.BOT,
+        content=text,
+        content_parts=[
+            ContentPart(type=ContentPartType.TEXT, text=text),
+            ContentPart(
+                type=ContentPartType.TOOL,
+                tool=ContentPartTool(tool_call_id=f"call-{tool}", name=tool),
+            ),
+        ],
+    )
 
 
 def question(text: str) -> ChatMessage:

@@ -189,9 +189,9 @@ def _pause(
         # One finished answer per turn: pause in the k-th to be sealed.
         return PauseInWrite(write, rng.randint(1, conversations))
     if write is WriteKind.CHECKPOINT:
-        # Per turn: after its tool call, every interval, and at its end.
+        # Per turn: before and after its tool call, every interval, and at its end.
         periodic = int(shape.duration * 0.85 / checkpoint_interval)
-        per_turn = periodic + 1 + (1 if shape.tool_message is not None else 0)
+        per_turn = periodic + 1 + (2 if shape.tool_message is not None else 0)
         return PauseInWrite(write, rng.randint(1, conversations * per_turn))
     # One recording batch per flush interval for all the replica's turns;
     # not the first few (every turn has started by then).

@@ -29,6 +29,7 @@ from tether.domain.chat_message import (
     ChatMessageSender,
     ContentPart,
     ContentPartType,
+    ToolCallStatus,
 )
 from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
@@ -622,6 +623,12 @@ class ChatHandler:
             )
             if record is not None and record.message_id == message_id:
                 partial = record.message
+        if partial is not None:
+            # A call the answer stopped inside has no result: say so in the
+            # transcript (and to the model next turn), never "running" forever.
+            partial = _closed_tool_calls(
+                partial, _CUT_OFF_CALL.get(status, _CUT_OFF_CALL["errored"])
+            )
         if error is not None:
             partial = _with_error(partial, key, message_id, *error)
         await conversations.append_fenced(
@@ -759,3 +766,29 @@ def _with_error(
         type=ContentPartType.CONTEXT, context={"turn_error": {"code": code, "message": reason}}
     )
     return answer.model_copy(update={"content_parts": [*(answer.content_parts or []), part]})
+
+
+_CUT_OFF_CALL: dict[LastTurnStatus, str] = {
+    "cancelled": "Cancelled before it completed: it may or may not have happened.",
+    "errored": "The answer ended before it completed: it may or may not have happened.",
+}
+
+
+def _closed_tool_calls(answer: ChatMessage, why: str) -> ChatMessage:
+    """``answer`` with every tool call still shown running marked failed, ``why``."""
+    parts = answer.content_parts or []
+    if not any(p.tool is not None and p.tool.status is ToolCallStatus.RUNNING for p in parts):
+        return answer
+    closed = [
+        part.model_copy(
+            update={
+                "tool": part.tool.model_copy(
+                    update={"status": ToolCallStatus.ERROR, "response": why}
+                )
+            }
+        )
+        if part.tool is not None and part.tool.status is ToolCallStatus.RUNNING
+        else part
+        for part in parts
+    ]
+    return answer.model_copy(update={"content_parts": closed})

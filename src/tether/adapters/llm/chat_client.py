@@ -30,7 +30,8 @@ from tether.domain.chat_message import (
     ToolCallStatus,
 )
 from tether.domain.chat_model import ChatModel, ModelMessage, ModelRole, ModelToolCall, TextDelta
-from tether.tools import MalformedToolCall, Tool
+from tether.domain.turn_context import TurnContext
+from tether.tools import MalformedToolCall, Tool, ToolCallContext, running_tool_call
 
 # Text the model writes in different responses of one turn (before and after a tool
 # call) are separate text parts; ``content`` joins them as paragraphs.
@@ -48,11 +49,15 @@ class ChatClient(ResumableAgentDependency):
     state_key: ClassVar[str] = "chat_client"
     restores_conversation: ClassVar[bool] = False
 
-    def __init__(self, model: ChatModel, max_tool_rounds: int = 8) -> None:
+    def __init__(
+        self, model: ChatModel, max_tool_rounds: int = 8, *, turn_id: str | None = None
+    ) -> None:
         if max_tool_rounds < 0:
             raise ValueError("max_tool_rounds must be >= 0")
         self.model = model
         self.max_tool_rounds = max_tool_rounds
+        self.turn_id = turn_id
+        """The turn's message id: the first half of each call's idempotency key."""
         self._turn = _TurnState()
         self._resume_next = False
 
@@ -82,6 +87,10 @@ class ChatClient(ResumableAgentDependency):
             for call in turn.pending_tool_calls():
                 yield await self._run_tool(turn, call, tools_by_name)
                 yielded = True
+                if turn.finished:
+                    break  # a call of unknown outcome whose tool says: ask the user
+            if turn.finished:
+                break
             requested: list[ModelToolCall] = []
             async for event in self.model.stream(prefix + turn.model_messages(), specs):
                 if isinstance(event, TextDelta):
@@ -112,7 +121,35 @@ class ChatClient(ResumableAgentDependency):
     async def _run_tool(
         self, turn: _TurnState, call: ModelToolCall, tools_by_name: Mapping[str, Tool]
     ) -> ChatMessage:
-        status, response = await _invoke(call, tools_by_name)
+        """Run one call, recorded as started (checkpointed) before it runs and
+        completed (checkpointed) before its result is shown. A call a previous
+        producer started and never completed is settled by its tool's
+        ``on_unknown`` instead (see ``tether.tools``)."""
+        tool = tools_by_name.get(call.name)
+        attempts = turn.started.get(call.id, 0)
+        if attempts and tool is not None and tool.on_unknown != "retry":
+            turn.complete_tool(call.id, ToolCallStatus.ERROR, _unknown_outcome(call.name))
+            if tool.on_unknown == "ask":
+                turn.close_pending(_NOT_RUN_WHILE_ASKING)
+                turn.add_note(_ask_about(call.name))
+                turn.finished = True
+            await self.request_checkpoint()
+            return turn.message()
+        runs = tool is not None and not isinstance(call, MalformedToolCall)
+        if runs:
+            # Durable before the call runs: a resume knows it may have happened.
+            # A fenced producer's checkpoint is refused, so it never runs it.
+            turn.started[call.id] = attempts + 1
+            await self.request_checkpoint()
+        index = turn.call_index(call.id)
+        context = ToolCallContext(
+            idempotency_key=f"{self.turn_id or 'turn'}:{index}",
+            call_index=index,
+            attempt=attempts + 1,
+            tool_call_id=call.id,
+        )
+        with running_tool_call(context):
+            status, response = await _invoke(call, tools_by_name)
         turn.complete_tool(call.id, status, response)
         # Checkpoint before showing the result: once the runtime has this state, a
         # resume on any replica will not execute the call again.
@@ -164,7 +201,7 @@ class ChatClientFactory(AgentDependencyFactory):
     """
 
     @classmethod
-    def create(cls, setup: AgentSetup) -> ChatClient:
+    def create(cls, setup: AgentSetup, turn: TurnContext) -> ChatClient:
         options = setup.agent_configuration.get("llm", {})
         if not isinstance(options, Mapping):
             raise ValueError(
@@ -183,7 +220,7 @@ class ChatClientFactory(AgentDependencyFactory):
                 f"agent {setup.agent_identifier!r}: unknown llm_configuration_name {name!r}; "
                 "expected 'offline' or 'openai'"
             )
-        return ChatClient(model, max_tool_rounds=int(max_tool_rounds))
+        return ChatClient(model, max_tool_rounds=int(max_tool_rounds), turn_id=turn.message_id)
 
 
 _OPENAI_OPTIONS = frozenset({"model", "base_url", "api_key", "temperature"})
@@ -250,10 +287,83 @@ def _model_prefix(conversation: list[ChatMessage], system_prompt: str | None) ->
     for message in conversation:
         if message.sender == ChatMessageSender.USER:
             messages.append(ModelMessage(role="user", content=message.content))
-        elif message.content:
-            # An empty bot message would read as a turn to continue; it says nothing.
-            messages.append(ModelMessage(role="assistant", content=message.content))
+        else:
+            messages += _earlier_answer(message)
     return messages
+
+
+def _earlier_answer(message: ChatMessage) -> list[ModelMessage]:
+    """An earlier answer as the model said it: its text, and its tool calls
+    each followed by its result. A call the answer never got a result for (it
+    was cancelled, or its replica died) is answered as such: every model API
+    refuses a conversation with an unanswered tool call."""
+    tools = [p.tool for p in message.content_parts or [] if p.tool is not None]
+    if not tools:
+        # An empty bot message would read as a turn to continue; it says nothing.
+        return [ModelMessage(role="assistant", content=message.content)] if message.content else []
+    messages: list[ModelMessage] = []
+    text: list[str] = []
+    calls: list[ContentPartTool] = []
+    for part in message.content_parts or []:
+        if part.tool is not None:
+            calls.append(part.tool)
+            continue
+        if part.type == ContentPartType.TEXT and part.text:
+            if calls:
+                messages += _tool_exchange(TEXT_PART_SEPARATOR.join(text), calls)
+                text, calls = [], []
+            text.append(part.text)
+    if calls:
+        messages += _tool_exchange(TEXT_PART_SEPARATOR.join(text), calls)
+        text = []
+    if text:
+        messages.append(ModelMessage(role="assistant", content=TEXT_PART_SEPARATOR.join(text)))
+    return messages
+
+
+def _tool_exchange(text: str, calls: list[ContentPartTool]) -> list[ModelMessage]:
+    exchange = [
+        ModelMessage(
+            role="assistant",
+            content=text,
+            tool_calls=tuple(
+                ModelToolCall(id=c.tool_call_id, name=c.name, arguments=dict(c.params))
+                for c in calls
+            ),
+        )
+    ]
+    for call in calls:
+        if call.status == ToolCallStatus.RUNNING:
+            result = _NEVER_ANSWERED
+        else:
+            result = _tool_result_text(call.status, call.response)
+        answer = ModelMessage(
+            role="tool", content=result, tool_call_id=call.tool_call_id, name=call.name
+        )
+        exchange.append(answer)
+    return exchange
+
+
+def _unknown_outcome(name: str) -> str:
+    return (
+        f"The call to {name} may or may not have happened: the server running it stopped "
+        "before it could record the result. Do not assume it succeeded or failed, and do "
+        "not call it again without asking the user."
+    )
+
+
+def _ask_about(name: str) -> str:
+    return (
+        f"I could not tell whether {name} ran: the server running it stopped before it "
+        "recorded the result. Should I run it again, or check first?"
+    )
+
+
+_NEVER_ANSWERED = (
+    "Error: no result: the answer stopped (cancelled, or its server failed) before this "
+    "call completed; it may or may not have happened."
+)
+_NOT_RUN_WHILE_ASKING = "Not run: the answer stopped to ask the user about an earlier call."
 
 
 def _tool_result_text(status: ToolCallStatus, response: Any) -> str:
@@ -322,6 +432,9 @@ class _TurnState(BaseModel):
 
     version: Literal[1] = 1
     transcript: list[_MessageState] = Field(default_factory=list)
+    started: dict[str, int] = Field(default_factory=dict)
+    """Tool call id to the attempts started; a call started and not answered in
+    ``transcript`` has an unknown outcome."""
     partial_text: str = ""
     content: str = ""
     content_parts: list[ContentPart] = Field(default_factory=list)
@@ -396,6 +509,17 @@ class _TurnState(BaseModel):
                 answered = {m.tool_call_id for m in self.transcript[index + 1 :]}
                 return [c.call() for c in message.tool_calls if c.id not in answered]
         return []
+
+    def call_index(self, call_id: str) -> int:
+        """The call's place among every tool call of the turn (0 for the first)."""
+        calls = [c.id for m in self.transcript if m.role == "assistant" for c in m.tool_calls]
+        return calls.index(call_id) if call_id in calls else len(calls)
+
+    def close_pending(self, reason: str) -> None:
+        """Answer every call still without a result with ``reason`` (an error):
+        every model API refuses a conversation with an unanswered tool call."""
+        for call in self.pending_tool_calls():
+            self.complete_tool(call.id, ToolCallStatus.ERROR, reason)
 
     def complete_tool(self, call_id: str, status: ToolCallStatus, response: Any) -> None:
         name = ""

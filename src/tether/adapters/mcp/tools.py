@@ -96,11 +96,15 @@ class MCPTool(Tool):
         remote_name: str,
         owner: MCPTools,
         session: ServerSession,
+        read_only: bool = False,
     ) -> None:
         self.name = name
         self.description = description
         self.parameters = parameters
         self.function = self.invoke
+        # The server's hints: a read-only or idempotent tool is run again when a
+        # resume cannot tell whether its call happened; any other is not.
+        self.set_outcome_policy(read_only=read_only, on_unknown=None)
         self.remote_name = remote_name
         self._owner = owner
         self._session = session
@@ -208,6 +212,7 @@ class MCPTools:
                 remote_name=tool.name,
                 owner=self,
                 session=session,
+                read_only=_safe_to_repeat(tool),
             )
             for tool in remote
             if wanted is None or tool.name in wanted
@@ -242,3 +247,10 @@ class MCPTools:
 def _model_name(name: str) -> str:
     # What chat-completions APIs accept as a function name.
     return _UNSAFE.sub("_", name)[:64]
+
+
+def _safe_to_repeat(tool: Any) -> bool:
+    """Whether the MCP server says calling ``tool`` twice is harmless: it only
+    reads, or it is idempotent (its hints; absent hints say neither)."""
+    hints = getattr(tool, "annotations", None)
+    return bool(hints is not None and (hints.readOnlyHint or hints.idempotentHint))

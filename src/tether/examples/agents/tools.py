@@ -35,7 +35,7 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
 }
 
 
-@tool
+@tool(read_only=True)  # run again when a resume cannot tell if it ran
 async def calculator(expression: str) -> Number:
     """Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses.
 
@@ -45,7 +45,7 @@ async def calculator(expression: str) -> Number:
     return evaluate(expression)
 
 
-@tool
+@tool(read_only=True)  # run again when a resume cannot tell if it ran
 async def clock() -> str:
     """The current date and time in UTC, as an ISO 8601 string."""
     return datetime.now(UTC).isoformat(timespec="seconds")

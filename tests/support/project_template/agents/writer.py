@@ -16,7 +16,7 @@ from tether.adapters.llm import ChatClient
 from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_agent_class_registry import ChatAgentClassRegistry
 from tether.domain.chat_message import ChatMessage
-from tether.tools import tool
+from tether.tools import current_tool_call, tool
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
@@ -31,7 +31,7 @@ def _evaluate(node: ast.AST) -> int:
     raise ValueError("only + - * on integers")
 
 
-@tool
+@tool(read_only=True)  # run again when a resume cannot tell if it ran
 async def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression."""
     log = os.environ.get("TETHER_TEST_TOOL_LOG")
@@ -52,6 +52,51 @@ class Writer(StreamableChatAgent):
         self, conversation: list[ChatMessage]
     ) -> AsyncGenerator[ChatMessage, None]:
         async for message in self.chat_client.stream(conversation, tools=[calculator]):
+            yield message
+
+
+async def _dies_in_its_first_call(name: str) -> str:
+    """Log this run ("PID NAME KEY#ATTEMPT") to ``TETHER_TEST_TOOL_LOG``; on a
+    call's first attempt, SIGKILL this replica before returning: the call
+    started and never completed."""
+    call = current_tool_call()
+    assert call is not None
+    log = os.environ.get("TETHER_TEST_TOOL_LOG")
+    if log:
+        with open(log, "a") as handle:  # noqa: ASYNC230 - a tiny append, in a test tool
+            handle.write(f"{os.getpid()} {name} {call.idempotency_key}#{call.attempt}\n")
+    if call.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"{name} done"
+
+
+@tool
+async def send_note(text: str) -> str:
+    """Send a note (a write: on_unknown defaults to fail)."""
+    return await _dies_in_its_first_call("send_note")
+
+
+@tool(read_only=True)
+async def fetch_note(text: str) -> str:
+    """Fetch a note (a read: on_unknown defaults to retry)."""
+    return await _dies_in_its_first_call("fetch_note")
+
+
+@ChatAgentClassRegistry.register()
+class Caller(StreamableChatAgent):
+    """Calls the tool its setup's ``llm.call_tool`` names, which kills its replica
+    in the middle of the call's first attempt."""
+
+    agent_name = "caller"
+
+    def __init__(self, chat_client: ChatClient) -> None:
+        self.chat_client = chat_client
+
+    async def execute_streaming(
+        self, conversation: list[ChatMessage]
+    ) -> AsyncGenerator[ChatMessage, None]:
+        tools = [send_note, fetch_note]
+        async for message in self.chat_client.stream(conversation, tools=tools):
             yield message
 
 
