@@ -3,10 +3,11 @@
 // The address says which conversation is open (#/c/SESSION), so a reload, a
 // second tab or the same address on another replica opens the same one.
 
-import { Api, ApiError } from "./api.js";
+import { NotFoundError, TetherClient } from "./client/index.js";
 import { Follower } from "./follow.js";
 import { bubbleFor, conversationItem, fill, note } from "./render.js";
 import { loadSettings, loadToken, saveSettings, saveToken } from "./store.js";
+import { words } from "./words.js";
 
 const IDLE_POLL_MS = 2000;
 const $ = (id) => document.getElementById(id);
@@ -27,21 +28,33 @@ const page = {
   pollTimer: 0,
 };
 
-const api = new Api(() => ({
-  tenant: page.settings.tenant,
-  headers:
-    page.auth === "token"
-      ? page.token
-        ? { Authorization: `Bearer ${page.token}` }
-        : {}
-      : { "requester-uuid": page.settings.user },
-}));
+/** Who the page speaks as, asked before every request: the user can change it. */
+function identity() {
+  if (page.auth !== "token") return { "requester-uuid": page.settings.user };
+  return page.token ? { Authorization: `Bearer ${page.token}` } : {};
+}
+
+// The page talks to the replica that served it; a load balancer in front
+// moves it to another one when this one fails.
+const client = new TetherClient({
+  urls: location.origin,
+  tenant: () => page.settings.tenant,
+  headers: identity,
+});
+
+/** GET /web/config: the one request that is the page's own, not the API's. */
+async function webConfig() {
+  const query = new URLSearchParams({ tenant: page.settings.tenant });
+  const response = await fetch(`/web/config?${query}`, { headers: identity() });
+  if (!response.ok) throw new Error(`The server refused the page's settings (HTTP ${response.status}).`);
+  return response.json();
+}
 
 // ------------------------------------------------------------------ identity
 
 async function configure() {
   try {
-    const config = await api.config();
+    const config = await webConfig();
     page.auth = config.auth;
     page.agents = config.agents ?? [];
   } catch (error) {
@@ -93,7 +106,7 @@ async function listConversations() {
   const list = $("conversations");
   $("list-error").textContent = "";
   try {
-    const result = await api.conversations();
+    const result = await client.listConversations({ limit: 100 });
     const current = page.open?.sessionId;
     list.replaceChildren(...result.items.map((item) => conversationItem(item, current)));
     if (result.items.length === 0) {
@@ -104,7 +117,7 @@ async function listConversations() {
     }
   } catch (error) {
     list.replaceChildren();
-    $("list-error").textContent = error instanceof ApiError ? error.words : String(error);
+    $("list-error").textContent = words(error);
   }
 }
 
@@ -163,9 +176,9 @@ async function loadTranscript() {
   const open = page.open;
   let body = null;
   try {
-    body = await api.conversation(open.sessionId);
+    body = await client.getConversation(open.sessionId);
   } catch (error) {
-    if (!(error instanceof ApiError && error.status === 404)) throw error;
+    if (!(error instanceof NotFoundError)) throw error;
   }
   if (page.open !== open) return;
   if (body === null) {
@@ -197,7 +210,7 @@ async function loadTranscript() {
 async function follow(action) {
   const open = page.open;
   const follower = new Follower(
-    api,
+    client,
     { tenant: page.settings.tenant, sessionId: open.sessionId, agent: open.agent },
     hooks(open),
   );
@@ -263,6 +276,7 @@ function hooks(open) {
         done: "Answer complete.",
         cancelled: "Stopped. The partial answer is kept.",
         errored: `The answer failed: ${error?.message ?? "the agent raised an error"}.`,
+        unknown: "The answer has ended.",
         none: "Ready.",
       }[reason];
       const messageId = page.bubble?.dataset.messageId;
@@ -357,7 +371,7 @@ $("share").addEventListener("change", async () => {
   const box = $("share");
   const open = page.open;
   try {
-    const summary = await api.share(open.sessionId, box.checked);
+    const summary = await client.shareConversation(open.sessionId, box.checked);
     box.checked = summary.shared;
     $("notice").textContent = summary.shared
       ? "Shared: anyone in the tenant with this page's address can read it."
@@ -419,7 +433,7 @@ function setRunning(running) {
 }
 
 function showError(error) {
-  $("error").textContent = error instanceof ApiError ? error.words : error.message || String(error);
+  $("error").textContent = words(error);
 }
 
 /** While idle, notice a turn started elsewhere (another tab or device) and show it. */
@@ -432,7 +446,7 @@ function schedulePoll() {
       return;
     }
     try {
-      const status = await api.status(open.sessionId);
+      const status = await client.status(open.sessionId);
       const shown = page.follower?.messageId;
       if (page.open === open && status && status.message_id !== shown && !page.follower?.running) {
         if (status.status === "running" || status.status === "dead") {

@@ -1,0 +1,488 @@
+// One turn, followed to its end whatever happens on the way.
+//
+// This is the client's side of the README's recovery (Deployment model):
+//   1. GET /chat/stream/status: which turn occupies the conversation;
+//   2. running: attach, after the last event read (Last-Event-ID);
+//   3. dead: resume it (POST ?resume=true); refused with 409 because a replica
+//      (or another client) took it over first: attach instead;
+//   4. done, errored, cancelled: the verdict; a stream that broke first is
+//      read to its end (attach after the last event), so the answer is whole;
+//      once the turn's rows are gone, its answer is read from the transcript.
+// A stream that breaks (a replica died, the network dropped, it went silent),
+// ends with `dead` or `gone`, or ends with no verdict goes back to step 1, on
+// the next replica. Each message is handed on once, in index order: an index
+// at or below one already handed on is dropped.
+
+import {
+  ConversationBusyError,
+  errorFromResponse,
+  GoneError,
+  NotFoundError,
+  RecoveryError,
+  TetherError,
+  TurnFailedError,
+} from "./errors.js";
+import { passing, pause } from "./retry.js";
+import { sendTurn } from "./start.js";
+import { openStream, parseEventId, readStream } from "./stream.js";
+
+/** @import { ChatMessage, EndReason, RecoveryCause, StreamFailure, TurnEvent } from "./types.js" */
+/** @import { TetherClient } from "./client.js" */
+/** @import { RequestOptions } from "./replicas.js" */
+/** @import { NewTurn } from "./start.js" */
+/** @import { Stream } from "./stream.js" */
+
+const FINAL = new Set(["done", "errored", "cancelled"]);
+const MESSAGE_ID_HEADER = "X-Tether-Message-Id";
+
+/**
+ * @typedef {object} TurnOptions
+ * @property {string} sessionId
+ * @property {string | null} [messageId]  the turn to follow; null follows whichever
+ *   occupies the conversation
+ * @property {string | null} [agent]  needed to resume; looked up in the conversation when not given
+ * @property {string | null} [lastEventId]  continue after this event (`<message_id>:<index>`)
+ * @property {AbortSignal} [signal]  aborting it is `close()`
+ * @property {boolean} [recoverable]  default true; false for a turn started with
+ *   `stateful: false`, which no status knows and no replica can resume
+ */
+
+/**
+ * What the status says to do next.
+ * @typedef {{kind: "stream", stream: Stream}
+ *   | {kind: "end", reason: EndReason}
+ *   | {kind: "transcript", reason: EndReason | null}
+ *   | {kind: "retry", cause: RecoveryCause, error: unknown}} Step
+ */
+
+/**
+ * A turn being followed. Read it once: `for await (const message of turn)`
+ * for the answer so far, or `turn.events()` for everything that happens.
+ */
+export class Turn {
+  #abort = new AbortController();
+  /** @type {Stream | null} */
+  #first = null;
+  #consumed = false;
+  /** whether this client read part of the turn: then its end must be read, not assumed */
+  #followed = false;
+  #lastIndex = -1;
+  /** @type {string | null} */
+  #announced = null;
+  /** @type {string | null} */
+  #agent;
+  /** @type {string | null} the Last-Event-ID given, applied once the turn it names is followed */
+  #after;
+  #recoverable;
+
+  /**
+   * @param {TetherClient} client
+   * @param {TurnOptions} options
+   */
+  constructor(client, options) {
+    this.client = client;
+    /** @readonly */
+    this.sessionId = options.sessionId;
+    /** The turn's message id, once known. @type {string | null} */
+    this.messageId = null;
+    /**
+     * The id of the last event handed on: what a reconnect sends as Last-Event-ID.
+     * @type {string | null}
+     */
+    this.lastEventId = null;
+    /** The answer so far. @type {ChatMessage | null} */
+    this.message = null;
+    /** The replica of the stream being read. @type {string | null} */
+    this.url = null;
+    /**
+     * How it ended, once it has.
+     * @type {{reason: EndReason, error: StreamFailure | null} | null}
+     */
+    this.outcome = null;
+    this.#agent = options.agent ?? null;
+    this.#after = options.lastEventId ?? null;
+    this.#recoverable = options.recoverable ?? true;
+    if (options.messageId) this.#adopt(options.messageId);
+    const signal = options.signal;
+    if (signal?.aborted) this.close();
+    signal?.addEventListener("abort", () => this.close(), { once: true });
+  }
+
+  /** Whether the turn is no longer read: `close()` was called, or its reading is over. */
+  get closed() {
+    return this.#abort.signal.aborted;
+  }
+
+  /** Stop reading. The turn itself goes on (`cancel()` stops it). */
+  close() {
+    this.#abort.abort();
+  }
+
+  /** Cancel the turn, from whichever replica answers; the partial answer is kept. */
+  async cancel() {
+    if (this.messageId === null) throw new TetherError("no turn is known yet to cancel");
+    await this.client.cancel(this.sessionId, this.messageId);
+  }
+
+  /**
+   * Send the turn (`TetherClient.startTurn` calls it; see start.js): refusals
+   * are thrown here, before anything is read.
+   * @param {Omit<NewTurn, "sessionId" | "recoverable" | "signal">} request
+   */
+  async start(request) {
+    const sent = await sendTurn(this.client, {
+      ...request,
+      sessionId: this.sessionId,
+      recoverable: this.#recoverable,
+      signal: this.#abort.signal,
+    });
+    if ("adopted" in sent) {
+      this.#adopt(sent.adopted);
+      this.#followed = true; // this client's own turn: its whole answer is wanted
+      return;
+    }
+    this.#first = sent.stream;
+    const messageId = sent.stream.response.headers.get(MESSAGE_ID_HEADER);
+    if (messageId) this.#adopt(messageId);
+  }
+
+  /** The answer so far, message by message; throws TurnFailedError if the turn ends errored. */
+  async *[Symbol.asyncIterator]() {
+    for await (const event of this.events()) {
+      if (event.type === "message") yield event.message;
+      else if (event.type === "end" && event.reason === "errored") {
+        const error = event.error ?? { code: "ERRORED", message: "the turn ended errored" };
+        throw new TurnFailedError(error.code, error.message, this.messageId);
+      }
+    }
+  }
+
+  /**
+   * Everything that happens to the turn, until its end (or `close()`).
+   * @returns {AsyncGenerator<TurnEvent, void, undefined>}
+   */
+  async *events() {
+    if (this.#consumed) throw new TypeError("a Turn is read once: events() or its messages");
+    this.#consumed = true;
+    let stream = this.#first;
+    this.#first = null;
+    let trustFinal = false;
+    let failures = 0;
+    let progressAt = Date.now();
+    try {
+      for (;;) {
+        if (this.closed) return;
+        if (stream === null) {
+          if (Date.now() - progressAt > this.client.recoveryTimeoutMs) {
+            throw new RecoveryError(
+              `no replica carried turn ${this.messageId ?? "(unknown)"} of ${this.sessionId} ` +
+                `on for ${this.client.recoveryTimeoutMs} ms`,
+              this.messageId,
+            );
+          }
+          const step = await this.#next(trustFinal);
+          if (step.kind === "retry") {
+            yield { type: "recovering", cause: step.cause, error: step.error };
+            await this.#pause(step.error, failures++);
+            continue;
+          }
+          if (step.kind === "end") {
+            yield* this.#announce();
+            yield this.#end(step.reason, null);
+            return;
+          }
+          if (step.kind === "transcript") {
+            yield* this.#fromTranscript(step.reason);
+            return;
+          }
+          stream = step.stream;
+        }
+        this.url = stream.url;
+        this.#followed = true;
+        yield* this.#announce();
+        yield { type: "stream", via: stream.via, url: stream.url };
+        const before = this.#lastIndex;
+        const outcome = yield* this.#read(stream);
+        stream = null;
+        const progressed = this.#lastIndex > before;
+        if (progressed) {
+          progressAt = Date.now();
+          failures = 0;
+        }
+        if (outcome.kind === "verdict" && FINAL.has(outcome.reason)) {
+          yield this.#end(/** @type {EndReason} */ (outcome.reason), outcome.error);
+          return;
+        }
+        if (this.closed) return;
+        if (!this.#recoverable) {
+          // No status knows a stateless turn: a clean close is its end (design
+          // §3), anything else loses it.
+          if (outcome.kind === "clean") {
+            yield this.#end("done", null);
+            return;
+          }
+          throw new RecoveryError(
+            `the stream of turn ${this.messageId} broke, and a turn that is not stateful ` +
+              "cannot be recovered",
+            this.messageId,
+          );
+        }
+        // A clean close with no verdict is the end of a live stream, or a
+        // server that cut it short: the status says which.
+        trustFinal = outcome.kind === "clean";
+        if (outcome.kind !== "clean") {
+          /** @type {RecoveryCause} */
+          let cause = "interrupted";
+          if (outcome.kind === "broken") cause = "disconnected";
+          if (outcome.kind === "verdict") cause = outcome.reason === "dead" ? "dead" : "gone";
+          yield { type: "recovering", cause, error: outcome.error };
+          if (outcome.kind === "broken") this.client.replicas.skip(this.url ?? "");
+        }
+        // A stream that brought nothing new is no reason to ask again at once.
+        if (!progressed) await this.#pause(null, failures++);
+      }
+    } catch (error) {
+      if (this.closed) return;
+      throw error;
+    } finally {
+      // Ended, failed, or its reader stopped early: let go of every connection.
+      this.close();
+    }
+  }
+
+  // --------------------------------------------------------------- steps
+
+  /**
+   * Steps 1 to 4: ask a replica for the status, then open the stream it calls for.
+   * @param {boolean} trustFinal  the last stream ended cleanly: a final status is the end
+   * @returns {Promise<Step>}
+   */
+  async #next(trustFinal) {
+    let answer;
+    try {
+      answer = await this.client.statusAnswer(this.sessionId, this.#abort.signal);
+    } catch (error) {
+      return retry(error);
+    }
+    const { status, url } = answer;
+    if (status === null) {
+      return this.messageId === null
+        ? { kind: "end", reason: "none" }
+        : { kind: "transcript", reason: null };
+    }
+    if (this.messageId === null) this.#adopt(status.message_id);
+    if (status.message_id !== this.messageId) {
+      // A newer turn holds the conversation: this one is over.
+      return { kind: "transcript", reason: null };
+    }
+    const verdict = status.status;
+    if (FINAL.has(verdict) && (trustFinal || !this.#followed)) {
+      return { kind: "end", reason: /** @type {EndReason} */ (verdict) };
+    }
+    try {
+      if (verdict === "dead") {
+        try {
+          return { kind: "stream", stream: await this.#resume(url) };
+        } catch (error) {
+          // A replica took the turn over first (or it is alive after all): attach.
+          if (!(error instanceof ConversationBusyError)) throw error;
+        }
+      }
+      return { kind: "stream", stream: await this.#attach(url) };
+    } catch (error) {
+      const ended = error instanceof GoneError || isMissingTurn(error);
+      if (ended && FINAL.has(verdict)) {
+        return { kind: "transcript", reason: /** @type {EndReason} */ (verdict) };
+      }
+      if (ended || error instanceof ConversationBusyError) {
+        return { kind: "retry", cause: "refused", error };
+      }
+      const step = retry(error);
+      this.client.replicas.skip(url);
+      return step;
+    }
+  }
+
+  /** @param {string} url */
+  #attach(url) {
+    const messageId = /** @type {string} */ (this.messageId);
+    return this.#open("attach", url, "GET", `/chat/stream/${encodeURIComponent(messageId)}`, {
+      params: { session_id: this.sessionId },
+      headers: this.lastEventId ? { "Last-Event-ID": this.lastEventId } : {},
+    });
+  }
+
+  /** @param {string} url */
+  async #resume(url) {
+    if (this.#agent === null) {
+      const { conversation } = await this.client.getConversation(this.sessionId, {
+        signal: this.#abort.signal,
+      });
+      this.#agent = conversation.agent_identifier;
+    }
+    return this.#open("resume", url, "POST", "/chat/stream", {
+      params: { resume: "true", message_id: this.messageId },
+      body: {
+        agent_identifier: this.#agent,
+        stateful: true,
+        session_id: this.sessionId,
+        conversation: [],
+      },
+    });
+  }
+
+  /**
+   * A stream from the replica `url`; an error status is thrown as its TetherHttpError.
+   * @param {Stream["via"]} via
+   * @param {string} url
+   * @param {string} method
+   * @param {string} path
+   * @param {RequestOptions} options
+   */
+  #open(via, url, method, path, options) {
+    const request = async (/** @type {AbortSignal} */ signal) => {
+      const response = await this.client.replicas.send(url, method, path, { ...options, signal });
+      if (!response.ok) throw await errorFromResponse(response);
+      return { response, url };
+    };
+    return openStream(via, request, this.#abort.signal);
+  }
+
+  // -------------------------------------------------------------- reading
+
+  /**
+   * Hand on one stream's new messages; say how it ended.
+   * @param {Stream} stream
+   * @returns {AsyncGenerator<TurnEvent, import("./stream.js").ReadOutcome, undefined>}
+   */
+  async *#read(stream) {
+    const messages = readStream(stream, this.client.idleTimeoutMs);
+    try {
+      for (;;) {
+        const next = await messages.next();
+        if (next.done) return next.value;
+        const { eventId, message } = next.value;
+        const index = this.#accept(eventId);
+        if (index === null) continue;
+        this.message = message;
+        yield { type: "message", message, eventId, index };
+      }
+    } finally {
+      // A reader that stopped early closes the stream's connection.
+      await messages.return({ kind: "broken", error: null });
+    }
+  }
+
+  /**
+   * The index of an event to hand on, or null for one of another turn or one
+   * already handed on.
+   * @param {string} eventId
+   */
+  #accept(eventId) {
+    const named = parseEventId(eventId);
+    if (named === null) return null;
+    // Without the message id header (a cross-origin page that may not read
+    // it) the first event names the turn.
+    if (this.messageId === null) this.#adopt(named.messageId);
+    if (named.messageId !== this.messageId || named.index <= this.#lastIndex) return null;
+    this.#lastIndex = named.index;
+    this.lastEventId = eventId;
+    return named.index;
+  }
+
+  /**
+   * Follow the turn `messageId`; continue after the Last-Event-ID given if it
+   * is one of this turn (one of an older turn means nothing here).
+   * @param {string} messageId
+   */
+  #adopt(messageId) {
+    this.messageId = messageId;
+    const after = parseEventId(this.#after);
+    if (after === null || after.messageId !== messageId) return;
+    this.#lastIndex = after.index;
+    this.lastEventId = this.#after;
+    this.#after = null;
+    // Part of it was read before: its end must be read too, not assumed.
+    this.#followed = true;
+  }
+
+  // --------------------------------------------------------------- endings
+
+  /**
+   * The end, read from the stored transcript: the turn's final message (when
+   * this client had not seen it) and the conversation's last-turn status.
+   * @param {EndReason | null} reason  the verdict, when the status still said it
+   * @returns {AsyncGenerator<TurnEvent, void, undefined>}
+   */
+  async *#fromTranscript(reason) {
+    yield* this.#announce();
+    let conversation;
+    try {
+      conversation = await this.client.getConversation(this.sessionId, {
+        signal: this.#abort.signal,
+      });
+    } catch (error) {
+      if (!(error instanceof NotFoundError)) throw error;
+      yield this.#end(reason ?? "unknown", null);
+      return;
+    }
+    const messages = conversation.messages;
+    const mine = messages.findLast((m) => m.sender === "bot" && m.message_id === this.messageId);
+    if (mine && mine.content !== this.message?.content) {
+      this.message = mine;
+      yield { type: "message", message: mine, eventId: null, index: null };
+    }
+    if (reason === null && mine && messages.at(-1) === mine) {
+      const last = conversation.conversation.last_turn_status;
+      if (last === "complete") reason = "done";
+      else if (last === "errored" || last === "cancelled") reason = last;
+    }
+    yield this.#end(reason ?? "unknown", null);
+  }
+
+  /** @returns {Generator<TurnEvent, void, undefined>} */
+  *#announce() {
+    if (this.messageId !== null && this.messageId !== this.#announced) {
+      this.#announced = this.messageId;
+      yield { type: "turn", messageId: this.messageId };
+    }
+  }
+
+  /**
+   * @param {EndReason} reason
+   * @param {StreamFailure | null} error
+   * @returns {TurnEvent}
+   */
+  #end(reason, error) {
+    this.outcome = { reason, error };
+    return { type: "end", reason, error };
+  }
+
+  /**
+   * @param {unknown} error
+   * @param {number} failures
+   */
+  #pause(error, failures) {
+    return pause(error, failures, this.client.retryDelaysMs, this.#abort.signal);
+  }
+}
+
+/**
+ * Try again when `error` is passing (no answer, a replica that cannot serve
+ * now); anything else is thrown.
+ * @param {unknown} error
+ * @returns {Step}
+ */
+function retry(error) {
+  const cause = passing(error);
+  if (cause === null) throw error;
+  return { kind: "retry", cause, error };
+}
+
+/**
+ * A 404 for the turn itself (its rows are gone), not for an unknown agent.
+ * @param {unknown} error
+ */
+function isMissingTurn(error) {
+  return error instanceof NotFoundError && error.code === "TURN_NOT_FOUND";
+}

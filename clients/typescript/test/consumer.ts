@@ -1,0 +1,38 @@
+// What a TypeScript user of the package writes; type-checked by
+// test/types.test.js against the published declarations (never run).
+
+import {
+  ConversationBusyError,
+  TetherClient,
+  TurnFailedError,
+  type ChatMessage,
+  type TurnEvent,
+} from "tether-client";
+
+export async function example(): Promise<string> {
+  const client = new TetherClient({
+    urls: ["http://replica-1:8000", "http://replica-2:8000"],
+    tenant: "acme",
+    user: "alice",
+  });
+  let answer: ChatMessage | null = null;
+  try {
+    for await (const message of client.stream({ agent: "assistant", content: "Hi" })) {
+      answer = message;
+    }
+  } catch (error) {
+    if (error instanceof TurnFailedError) return error.code;
+    if (error instanceof ConversationBusyError) return error.occupant ?? "";
+    throw error;
+  }
+  const turn = client.follow("session-1", { lastEventId: "m:3" });
+  for await (const event of turn.events()) {
+    const seen: TurnEvent = event;
+    if (seen.type === "message") answer = seen.message;
+    if (seen.type === "end" && seen.reason === "cancelled") break;
+  }
+  const page = await client.listConversations({ limit: 10 });
+  const first = page.items[0]?.session_id;
+  if (first) await client.shareConversation(first, true);
+  return answer?.content ?? "";
+}

@@ -1,0 +1,18 @@
+export { TetherClient } from "./client.js";
+export { readEvents } from "./sse.js";
+export { Turn } from "./turn.js";
+export type ChatMessage = import("./types.js").ChatMessage;
+export type ContentPart = import("./types.js").ContentPart;
+export type ToolCall = import("./types.js").ToolCall;
+export type TurnRequest = import("./types.js").TurnRequest;
+export type TurnStatus = import("./types.js").TurnStatus;
+export type ConversationSummary = import("./types.js").ConversationSummary;
+export type ConversationPage = import("./types.js").ConversationPage;
+export type Conversation = import("./types.js").Conversation;
+export type StreamFailure = import("./types.js").StreamFailure;
+export type TurnEvent = import("./types.js").TurnEvent;
+export type EndReason = import("./types.js").EndReason;
+export type RecoveryCause = import("./types.js").RecoveryCause;
+export type ClientOptions = import("./client.js").ClientOptions;
+export type SseEvent = import("./sse.js").SseEvent;
+export { AuthenticationError, BadGatewayError, BadRequestError, ConflictError, ConnectionFailedError, ConversationBusyError, errorFromResponse, GatewayTimeoutError, GoneError, InternalServerError, NotFoundError, NotImplementedByServerError, PayloadTooLargeError, PermissionDeniedError, RecoveryError, ServiceUnavailableError, StreamError, TetherError, TetherHttpError, TurnFailedError, TurnOutcomeUnknownError, UnprocessableEntityError } from "./errors.js";
