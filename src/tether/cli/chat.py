@@ -1,4 +1,9 @@
-"""``tether chat``: send one message to a running server and watch the answer stream in."""
+"""``tether chat``: send one message to a running server and watch the answer stream in.
+
+It is a user of the Python client (``tether.client``): the turn is stateful by
+default, so a lost connection or a replica that dies mid-answer is recovered
+(on the next ``--url`` when several are given) and the answer goes on.
+"""
 
 from __future__ import annotations
 
@@ -14,19 +19,30 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from tether.cli._sse_client import iter_sse
+from tether.client import (
+    AsyncTetherClient,
+    ConversationBusyError,
+    RecoveryError,
+    TetherError,
+    TetherHTTPError,
+    TurnFailedError,
+    TurnStream,
+    TurnUpdate,
+)
 
-# Generous read timeout: the server pings idle streams, and a slow tool may keep
-# an answer quiet for a while; a dead connection still ends in a minute.
-_TIMEOUT = httpx2.Timeout(10.0, read=60.0)
+DEFAULT_URL = "http://127.0.0.1:8000"
 _TOOL_STYLES = {"running": "yellow", "completed": "green", "error": "red"}
 
 
 def chat_command(
     message: Annotated[str, typer.Argument(help="The user message to send.")],
-    url: Annotated[str, typer.Option(help="Base URL of the tether server.")] = (
-        "http://127.0.0.1:8000"
-    ),
+    url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Base URL of the tether server (a load balancer's, or a replica's; "
+            "repeat it to list several replicas)."
+        ),
+    ] = None,
     agent: Annotated[str, typer.Option(help="agent_identifier of the agent to ask.")] = (
         "assistant"
     ),
@@ -34,12 +50,19 @@ def chat_command(
     user: Annotated[
         str | None, typer.Option(help="Requester id, sent as the requester-uuid header.")
     ] = None,
+    token: Annotated[
+        str | None, typer.Option(help="Bearer token, for a server run with --auth jwt.")
+    ] = None,
     session: Annotated[
         str | None, typer.Option(help="session_id of the conversation to continue.")
     ] = None,
     stateful: Annotated[
-        bool, typer.Option(help="Run a stateful turn (checkpointed, resumable).")
-    ] = False,
+        bool,
+        typer.Option(
+            help="Run a stateful turn (checkpointed, resumable): only such a turn is "
+            "recovered when its connection or its replica is lost."
+        ),
+    ] = True,
 ) -> None:
     """Send MESSAGE to an agent over POST /chat/stream and show the answer as it grows."""
     console = Console()
@@ -47,10 +70,11 @@ def chat_command(
         code = asyncio.run(
             run_chat(
                 message,
-                url=url,
+                url=url or DEFAULT_URL,
                 agent=agent,
                 tenant=tenant,
                 user=user,
+                token=token,
                 session=session,
                 stateful=stateful,
                 console=console,
@@ -74,45 +98,49 @@ class _Progress:
     latest: dict[str, Any] = field(default_factory=dict)
     status: str | None = None
     error: str | None = None
+    path: list[str] = field(default_factory=list)
 
 
 async def run_chat(
     message: str,
     *,
-    url: str = "http://127.0.0.1:8000",
+    url: str | list[str] = DEFAULT_URL,
     agent: str = "assistant",
     tenant: str = "default",
     user: str | None = None,
+    token: str | None = None,
     session: str | None = None,
-    stateful: bool = False,
+    stateful: bool = True,
     console: Console | None = None,
     transport: httpx2.AsyncBaseTransport | None = None,
 ) -> int:
     """One turn, rendered to ``console``; returns the exit code (0 when the answer
     completed). ``transport`` lets tests answer without a server."""
     console = console or Console()
-    body = {
-        "agent_identifier": agent,
-        "conversation": [{"sender": "user", "content": message}],
-        "stateful": stateful,
-        "session_id": session,
-    }
-    headers = {"requester-uuid": user} if user else {}
     progress = _Progress(started=time.monotonic())
     try:
         async with (
-            httpx2.AsyncClient(base_url=url, timeout=_TIMEOUT, transport=transport) as client,
+            AsyncTetherClient(
+                url, tenant=tenant, requester_uuid=user, token=token, transport=transport
+            ) as client,
             client.stream(
-                "POST", "/chat/stream", params={"tenant": tenant}, json=body, headers=headers
-            ) as response,
+                agent_identifier=agent, message=message, session_id=session, stateful=stateful
+            ) as turn,
         ):
-            if response.status_code >= 400:
-                await response.aread()
-                console.print(Text(_describe_http_error(response), style="red"))
-                return 1
-            await _follow(response, progress, console)
-    except httpx2.HTTPError as exc:
-        console.print(Text(f"request to {url} failed: {type(exc).__name__}: {exc}", style="red"))
+            progress.session_id = turn.session_id
+            try:
+                await _follow(turn, progress, console)
+            finally:
+                progress.path = turn.path
+    except TurnFailedError as error:
+        progress.error = f"{error.code}: {error.message}"
+    except TetherHTTPError as error:
+        console.print(Text(_describe(error), style="red"))
+        return 1
+    except RecoveryError as error:
+        progress.error = f"lost the answer: {error}"
+    except TetherError as error:
+        console.print(Text(f"request to {url} failed: {error}", style="red"))
         return 1
     _print_summary(console, progress)
     if progress.error is not None:
@@ -120,36 +148,28 @@ async def run_chat(
     return 0 if progress.status in (None, "done") else 1
 
 
-async def _follow(response: httpx2.Response, progress: _Progress, console: Console) -> None:
+async def _follow(turn: TurnStream, progress: _Progress, console: Console) -> None:
     if not console.is_terminal:
         # Piped or captured: no live redraws, just the final answer once.
-        async for event in iter_sse(response):
-            _apply(progress, event.event, event.id, event.data)
+        async for update in turn:
+            _apply(progress, update)
+        progress.status = turn.outcome
         console.print(_render(progress))
         return
     with Live(_render(progress), console=console, refresh_per_second=12) as live:
-        async for event in iter_sse(response):
-            _apply(progress, event.event, event.id, event.data)
+        async for update in turn:
+            _apply(progress, update)
             live.update(_render(progress))
+    progress.status = turn.outcome
 
 
-def _apply(progress: _Progress, event: str, event_id: str, data: str) -> None:
+def _apply(progress: _Progress, update: TurnUpdate) -> None:
     progress.events += 1
     if progress.first_event_at is None:
         progress.first_event_at = time.monotonic()
-    payload = _json(data)
-    if event == "new_message" and isinstance(payload, dict):
-        progress.latest = payload
-        # The id is "<message_id>:<index>"; message ids may hold colons, indexes don't.
-        progress.message_id = event_id.rpartition(":")[0] or payload.get("message_id")
-        progress.session_id = payload.get("session_id") or progress.session_id
-    elif event == "stream_status" and isinstance(payload, dict):
-        progress.status = str(payload.get("reason"))
-    elif event == "error":
-        if isinstance(payload, dict):
-            progress.error = f"{payload.get('code', 'ERROR')}: {payload.get('message', '')}"
-        else:
-            progress.error = data
+    progress.latest = update.data
+    progress.message_id = update.message_id
+    progress.session_id = update.session_id
 
 
 def _render(progress: _Progress) -> Group:
@@ -192,6 +212,9 @@ def _print_summary(console: Console, progress: _Progress) -> None:
         console.print(Text(f"error: {progress.error}", style="red"))
     if progress.status not in (None, "done"):
         console.print(Text(f"stream ended: {progress.status}", style="yellow"))
+    if len(progress.path) > 1:
+        # Reconnected on the way: say how (``start > attach``, ``resume:409``...).
+        console.print(Text(f"recovered: {' > '.join(progress.path)}", style="yellow"))
     now = time.monotonic()
     first = (
         f"{progress.first_event_at - progress.started:.3f}s"
@@ -205,40 +228,9 @@ def _print_summary(console: Console, progress: _Progress) -> None:
     console.print(Text(summary, style="dim"))
 
 
-def _describe_http_error(response: httpx2.Response) -> str:
-    """An HTTP error in words, from either body shape the server uses."""
-    prefix = f"HTTP {response.status_code} {response.reason_phrase}".rstrip()
-    payload = _json(response.text)
-    if not isinstance(payload, dict):
-        text = response.text.strip()
-        return f"{prefix}: {text}" if text else prefix
-    detail = payload.get("detail")
-    if "code" in payload and "message" in payload:
-        described = f"{payload['code']}: {payload['message']}"
-        # A 409 names the occupant in ``detail`` (the SDK's shape).
-        occupant = detail.get("message_id") if isinstance(detail, dict) else None
-        occupant = occupant or payload.get("message_id")
-        if occupant:
-            described += f" (turn in progress: {occupant})"
-        return f"{prefix}: {described}"
-    if isinstance(detail, list):
-        # FastAPI's 422: one entry per invalid field.
-        problems = [
-            f"{'.'.join(str(p) for p in item.get('loc', []))}: {item.get('msg', item)}"
-            if isinstance(item, dict)
-            else str(item)
-            for item in detail
-        ]
-        return f"{prefix}: {'; '.join(problems)}"
-    if isinstance(detail, dict) and "message" in detail:
-        return f"{prefix}: {detail.get('code', 'ERROR')}: {detail['message']}"
-    if detail is not None:
-        return f"{prefix}: {detail}"
-    return f"{prefix}: {response.text.strip()}"
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
+def _describe(error: TetherHTTPError) -> str:
+    """An HTTP error in words: its status, the server's code and message."""
+    described = f"HTTP {error.status_code}: {error.code}: {error.message}"
+    if isinstance(error, ConversationBusyError) and error.occupant:
+        described += f" (turn in progress: {error.occupant})"
+    return described

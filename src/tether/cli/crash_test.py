@@ -113,6 +113,16 @@ def crash_test_command(
     agent: Annotated[str, typer.Option(help="agent_identifier of the long agent.")] = (
         "long-writer"
     ),
+    via_load_balancer: Annotated[
+        bool,
+        typer.Option(
+            "--via-load-balancer",
+            help="Put a real HAProxy (Debian's haproxy package) in front of the replicas: "
+            "round-robin, health checks on /probes/ready. Every request goes through it, "
+            "each round's turns pinned to the replica it fails; the Python client "
+            "(tether.client) recovers them through it.",
+        ),
+    ] = False,
 ) -> None:
     """Fail the replica producing several long turns, round after round, and check that
     nothing was lost, duplicated, re-run or overwritten."""
@@ -147,6 +157,7 @@ def crash_test_command(
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 10**6),
         agent=agent,
         workdir=workdir,
+        via_load_balancer=via_load_balancer,
     )
     report = new_report(config)
     code = _run(config, report, console)
@@ -162,9 +173,10 @@ def crash_test_command(
 
 
 def _run(config: CrashTestConfig, report: CrashTestReport, console: Console) -> int:
+    front = ", through HAProxy" if config.via_load_balancer else ""
     console.print(
         f"tether crash-test: {config.rounds} rounds of {config.conversations} turns, "
-        f"fault {config.fault}, {config.replicas} replicas, {config.stores_described}, "
+        f"fault {config.fault}, {config.replicas} replicas{front}, {config.stores_described}, "
         f"seed {config.seed}"
     )
     try:

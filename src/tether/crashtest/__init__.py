@@ -1,7 +1,8 @@
 """``tether crash-test``: real replicas, real signals, invariants checked from outside.
 
 The command itself is ``tether.cli.crash_test``; this package is its machinery:
-``cluster`` (the replica processes), ``client`` (the turn readers), ``faults``,
+``cluster`` (the replica processes), ``load_balancer`` (HAProxy in front of
+them, with ``--via-load-balancer``), ``client`` (the turn readers), ``faults``,
 ``recovery``, ``reference`` (crash-free runs), ``rounds``, ``invariants``,
 ``fence``, ``results`` and ``report``.
 """

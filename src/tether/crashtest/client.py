@@ -1,23 +1,45 @@
 """The crash test's client: the HTTP calls a real client makes, and SSE readers that
 keep every event with the moment it arrived.
 
-A reader runs in the background and survives the replica dying under it; its
-record (events, how it ended) is what the invariants are checked against.
+The requests, the SSE parsing and the event decoding are ``tether.client``'s
+(``routes``, ``sse``, ``events``), and so is the recovery (``recovery.py``
+here drives ``AsyncTetherClient.follow``); this module only keeps the
+evidence. A reader either reads its own request in the background (the
+round's first stream, a follower) or is fed by the client's recovery, one
+reader per connection it opens. Either survives the replica dying under it;
+its record (events, how it ended) is what the invariants are checked against.
+
+With a load balancer in front (``TetherAPI(front=...)``), every request goes
+through it; a request the round addresses to one replica (a turn placed on
+the replica about to fail, a cancel from another) is pinned to it there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
 
-from tether.cli._sse_client import iter_sse
+from tether.client import routes
+from tether.client.events import ErrorEvent, MessageEvent, StatusEvent, decode
+from tether.client.models import StreamStatus
+from tether.client.sse import SSEEvent, iter_sse
+from tether.crashtest.load_balancer import PIN_HEADER, SERVER_HEADER, HAProxy
+
+__all__ = [
+    "REQUESTER",
+    "TENANT",
+    "ClientView",
+    "Received",
+    "StreamStatus",
+    "TetherAPI",
+    "TurnReader",
+]
 
 TENANT = "crash-test"
 REQUESTER = "crash-test-client"
@@ -39,18 +61,9 @@ class Received:
     error: dict[str, Any] | None = None  # of an error event
 
 
-@dataclass(frozen=True)
-class StreamStatus:
-    """``GET /chat/stream/status``: who occupies the conversation, and its verdict."""
-
-    message_id: str
-    status: str
-    epoch: int
-    heartbeat_at: str | None
-
-
 class TurnReader:
-    """One SSE connection: started with ``open``, read in the background."""
+    """One SSE connection: started with ``open`` and read in the background, or
+    fed by the client's recovery (``fed``)."""
 
     def __init__(self, label: str, replica: str) -> None:
         self.label = label
@@ -64,6 +77,7 @@ class TurnReader:
         self.events: list[Received] = []
         self._task: asyncio.Task[None] | None = None
         self._responded = asyncio.Event()
+        self._ended = asyncio.Event()
 
     @classmethod
     def open(
@@ -74,44 +88,81 @@ class TurnReader:
         *,
         label: str,
         replica: str,
+        before: Callable[[], Awaitable[object]] | None = None,
         **kwargs: Any,
     ) -> TurnReader:
+        """Send the request and read its stream in the background (after
+        ``before``, if given, is done)."""
         reader = cls(label, replica)
-        reader._task = asyncio.create_task(reader._run(http, method, url, kwargs))
+        reader._task = asyncio.create_task(reader._open(before, http, method, url, kwargs))
         return reader
+
+    @classmethod
+    def fed(cls, label: str, replica: str) -> TurnReader:
+        """A reader whose connection the client's recovery drives: it is told
+        the response (``got_response``), each event (``_receive``) and the end
+        (``finish``)."""
+        return cls(label, replica)
+
+    async def _open(
+        self,
+        before: Callable[[], Awaitable[object]] | None,
+        http: httpx2.AsyncClient,
+        method: str,
+        url: str,
+        kwargs: dict[str, Any],
+    ) -> None:
+        if before is not None:
+            await before()
+        self.opened_at = time.monotonic()
+        await self._run(http, method, url, kwargs)
 
     async def _run(
         self, http: httpx2.AsyncClient, method: str, url: str, kwargs: dict[str, Any]
     ) -> None:
+        http_error = error = None
         try:
             async with http.stream(method, url, **kwargs) as response:
-                self.status_code = response.status_code
-                self.message_id = response.headers.get("x-tether-message-id")
-                self._responded.set()
+                self.got_response(response.status_code, response.headers)
                 if response.status_code >= 300:
                     await response.aread()
-                    self.http_error = response.text[:500]
+                    http_error = response.text
                     return
                 async for event in iter_sse(response):
                     self._receive(event.event, event.id, event.data)
-        except httpx2.HTTPError as error:
-            self.error = f"{type(error).__name__}: {error}".strip()
+        except httpx2.HTTPError as failure:
+            error = f"{type(failure).__name__}: {failure}".strip()
         finally:
-            self.ended_at = time.monotonic()
-            self._responded.set()
+            self.finish(http_error=http_error, error=error)
+
+    def got_response(self, status_code: int, headers: Any) -> None:
+        """The response's status and headers arrived."""
+        self.status_code = status_code
+        self.message_id = headers.get(routes.MESSAGE_ID_HEADER)
+        # Behind the load balancer, the replica that answered is its to say.
+        self.replica = headers.get(SERVER_HEADER) or self.replica
+        self._responded.set()
+
+    def finish(self, *, http_error: str | None = None, error: str | None = None) -> None:
+        """The connection is over: refused with ``http_error`` (the body), broken
+        with ``error``, or ended."""
+        if http_error is not None:
+            self.http_error = http_error[:500]
+        if error is not None:
+            self.error = error
+        self.ended_at = time.monotonic()
+        self._responded.set()
+        self._ended.set()
 
     def _receive(self, kind: str, event_id: str, data: str) -> None:
         now = time.monotonic()
-        payload = _json(data)
-        if kind == "new_message" and isinstance(payload, dict):
-            # The id is "<message_id>:<index>"; message ids may hold colons, indexes don't.
-            index_text = event_id.rpartition(":")[2]
-            index = int(index_text) if index_text.isdigit() else None
-            self.events.append(Received(kind, now, event_id, index, message=payload))
-        elif kind == "stream_status" and isinstance(payload, dict):
-            self.events.append(Received(kind, now, reason=str(payload.get("reason"))))
-        elif kind == "error":
-            detail = payload if isinstance(payload, dict) else {"message": data}
+        event = decode(SSEEvent(kind, event_id, data))
+        if isinstance(event, MessageEvent):
+            self.events.append(Received(kind, now, event_id, event.index, message=event.data))
+        elif isinstance(event, StatusEvent):
+            self.events.append(Received(kind, now, reason=event.reason))
+        elif isinstance(event, ErrorEvent):
+            detail = {"code": event.code, "message": event.message}
             self.events.append(Received(kind, now, error=detail))
 
     # ------------------------------------------------------------ what it saw
@@ -183,14 +234,18 @@ class TurnReader:
         return True
 
     async def ended(self, within: float) -> bool:
-        if self._task is None:
-            return True
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._task), within)
+            if self._task is not None:
+                # Once the request's task is over, connection closed and all.
+                await asyncio.wait_for(asyncio.shield(self._task), within)
+            else:
+                async with asyncio.timeout(within):
+                    await self._ended.wait()
         return self.done
 
     async def aclose(self) -> None:
-        """Hang up (the client gives the connection up)."""
+        """Hang up (the client gives the connection up). A fed reader ends with
+        the recovery that feeds it."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -198,51 +253,80 @@ class TurnReader:
 
 
 class TetherAPI:
-    """The routes of design §3 the crash test uses, as one client identity."""
+    """The routes of design §3 the crash test uses, as one client identity.
 
-    def __init__(self, http: httpx2.AsyncClient, agent: str, *, conversations: bool = True) -> None:
+    Each call names the replica it is for by its base URL. With ``front`` (a
+    load balancer in front of the replicas) it goes through the front instead,
+    pinned to that replica while the front finds it up: the round decides
+    where its turns start and where a cancel comes from, while everything the
+    client does to recover (``recovery.recover``) is balanced.
+    """
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        agent: str,
+        *,
+        conversations: bool = True,
+        front: HAProxy | None = None,
+        names: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.http = http
         self.agent = agent
         self.conversations = conversations
         """Whether the servers run with a conversation store (transcripts to read)."""
+        self.front = front
+        self._names = names
+        """The replica serving at a base URL (to pin requests through the front)."""
 
     @staticmethod
     def client() -> httpx2.AsyncClient:
         return httpx2.AsyncClient(timeout=TIMEOUT, headers={"requester-uuid": REQUESTER})
 
-    def start_turn(self, base_url: str, replica: str, prompt: str, session_id: str) -> TurnReader:
-        body = {
-            "agent_identifier": self.agent,
-            "stateful": True,
-            "session_id": session_id,
-            "conversation": [{"sender": "user", "content": prompt}],
-        }
+    def _target(self, base_url: str, replica: str | None = None) -> tuple[str, dict[str, str]]:
+        """Where to send a request meant for the replica at ``base_url``, and the
+        headers that pin it there."""
+        if self.front is None:
+            return base_url, {}
+        name = replica or (self._names(base_url) if self._names is not None else None)
+        return self.front.url, ({PIN_HEADER: name} if name else {})
+
+    def _open(self, route: routes.Route, base_url: str, replica: str, label: str) -> TurnReader:
+        url, pin = self._target(base_url, replica)
+        front = self.front
+        options = route.options(pin)
+
+        async def pinned_replica_up() -> None:
+            # A replica just restarted or continued may not be up behind the
+            # front yet; the pin would be ignored and the turn land elsewhere.
+            if front is not None and pin:
+                await front.wait_up(replica, within=10.0)
+
         return TurnReader.open(
             self.http,
-            "POST",
-            f"{base_url}/chat/stream",
-            params={"tenant": TENANT},
-            json=body,
-            label="start",
+            route.method,
+            route.url(url),
+            label=label,
             replica=replica,
+            before=pinned_replica_up if pin else None,
+            **options,
         )
 
-    def resume(self, base_url: str, replica: str, message_id: str, session_id: str) -> TurnReader:
-        body = {
-            "agent_identifier": self.agent,
-            "stateful": True,
-            "session_id": session_id,
-            "conversation": [],
-        }
-        return TurnReader.open(
-            self.http,
-            "POST",
-            f"{base_url}/chat/stream",
-            params={"tenant": TENANT, "resume": "true", "message_id": message_id},
-            json=body,
-            label="resume",
-            replica=replica,
+    def start_turn(self, base_url: str, replica: str, prompt: str, session_id: str) -> TurnReader:
+        route = routes.start(
+            TENANT,
+            agent_identifier=self.agent,
+            conversation=[{"sender": "user", "content": prompt}],
+            session_id=session_id,
+            stateful=True,
         )
+        return self._open(route, base_url, replica, "start")
+
+    def resume(self, base_url: str, replica: str, message_id: str, session_id: str) -> TurnReader:
+        route = routes.resume(
+            TENANT, agent_identifier=self.agent, message_id=message_id, session_id=session_id
+        )
+        return self._open(route, base_url, replica, "resume")
 
     def attach(
         self,
@@ -254,33 +338,22 @@ class TetherAPI:
         last_event_id: str | None = None,
         label: str = "attach",
     ) -> TurnReader:
-        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
-        return TurnReader.open(
-            self.http,
-            "GET",
-            f"{base_url}/chat/stream/{message_id}",
-            params={"tenant": TENANT, "session_id": session_id},
-            headers=headers,
-            label=label,
-            replica=replica,
+        route = routes.attach(
+            TENANT, message_id=message_id, session_id=session_id, last_event_id=last_event_id
         )
+        return self._open(route, base_url, replica, label)
+
+    async def _send(self, route: routes.Route, base_url: str) -> httpx2.Response:
+        url, pin = self._target(base_url)
+        return await self.http.request(route.method, route.url(url), **route.options(pin))
 
     async def status(self, base_url: str, session_id: str) -> StreamStatus | None:
         """The conversation's turn and verdict; None when the server knows none (404)."""
-        response = await self.http.get(
-            f"{base_url}/chat/stream/status",
-            params={"tenant": TENANT, "session_id": session_id},
-        )
+        response = await self._send(routes.status(TENANT, session_id), base_url)
         if response.status_code == 404:
             return None
         response.raise_for_status()
-        body = response.json()
-        return StreamStatus(
-            message_id=str(body["message_id"]),
-            status=str(body["status"]),
-            epoch=int(body["epoch"]),
-            heartbeat_at=body.get("heartbeat_at"),
-        )
+        return StreamStatus.from_json(response.json())
 
     async def transcript(self, base_url: str, session_id: str) -> list[dict[str, Any]] | None:
         """The conversation's messages; None when it does not exist (404) or the
@@ -295,9 +368,7 @@ class TetherAPI:
         messages; None when it does not exist (404) or the servers keep no transcripts."""
         if not self.conversations:
             return None
-        response = await self.http.get(
-            f"{base_url}/conversations/{session_id}", params={"tenant": TENANT}
-        )
+        response = await self._send(routes.get_conversation(TENANT, session_id), base_url)
         if response.status_code == 404:
             return None
         response.raise_for_status()
@@ -307,18 +378,8 @@ class TetherAPI:
     async def cancel(self, base_url: str, message_id: str, session_id: str) -> int:
         """``DELETE /chat/stream/{message_id}``: the HTTP status of the answer
         (204 cancelled, 410 already ended, 409 changed hands meanwhile)."""
-        response = await self.http.delete(
-            f"{base_url}/chat/stream/{message_id}",
-            params={"tenant": TENANT, "session_id": session_id},
-        )
+        response = await self._send(routes.cancel(TENANT, message_id, session_id), base_url)
         return response.status_code
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
 
 
 @dataclass

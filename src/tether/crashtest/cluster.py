@@ -2,7 +2,8 @@
 
 Every replica serves the same project against the same store URL, so any of them can
 take over a turn another one started. Faults are real signals sent to these
-processes; nothing here is simulated in-process.
+processes; nothing here is simulated in-process. With ``load_balancer=True`` a
+real HAProxy balances them (``load_balancer.HAProxy``), told of each restart.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx2
 
+from tether.crashtest.load_balancer import HAProxy, LoadBalancerError
 from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
 
 LOOPBACK = "127.0.0.1"
@@ -69,6 +71,9 @@ class Replica:
         self.paused = False
         self.draining = False
         self.starts = 0
+        self.on_started: Callable[[Replica], Awaitable[None]] | None = None
+        """Called once each (re)start answers its probe: the load balancer learns
+        the new port."""
 
     @property
     def url(self) -> str:
@@ -118,10 +123,13 @@ class Replica:
                         + self.log_tail()
                     )
                 try:
-                    if (await http.get(f"{self.url}/probes/alive")).status_code == 200:
-                        return
+                    answered = (await http.get(f"{self.url}/probes/alive")).status_code == 200
                 except httpx2.HTTPError:
-                    pass
+                    answered = False
+                if answered:
+                    if self.on_started is not None:
+                        await self.on_started(self)
+                    return
                 await asyncio.sleep(0.05)
         self.stop()
         raise ClusterError(
@@ -246,6 +254,7 @@ class Cluster:
         env: dict[str, str] | None = None,
         stream_store_url: str | None = None,
         serve_args: tuple[str, ...] = (),
+        load_balancer: bool = False,
     ) -> None:
         if size < 2:
             raise ClusterError(
@@ -266,17 +275,58 @@ class Cluster:
             )
             for number in range(1, size + 1)
         ]
+        self.workdir = workdir
+        self.wants_load_balancer = load_balancer
+        self.front: HAProxy | None = None
+        """The load balancer in front of the replicas, once started."""
 
     async def start(self) -> None:
         try:
             await asyncio.gather(*(replica.start() for replica in self.replicas))
+            if self.wants_load_balancer:
+                await self._start_front()
+        except LoadBalancerError as error:
+            self.stop()
+            raise ClusterError(str(error)) from error
         except BaseException:
             self.stop()
             raise
 
+    async def _start_front(self) -> None:
+        self.front = HAProxy(
+            {replica.name: replica.port for replica in self.replicas}, workdir=self.workdir
+        )
+        await self.front.start()
+        for replica in self.replicas:
+            replica.on_started = self._moved
+
+    async def _moved(self, replica: Replica) -> None:
+        """A replica came back on a new port: the load balancer sends there once
+        its health checks pass (so a round placing turns on it finds it)."""
+        assert self.front is not None
+        try:
+            await self.front.move(replica.name, replica.port)
+        except LoadBalancerError as error:
+            raise ClusterError(f"{error}\n{self.front.log_tail()}") from error
+
+    @property
+    def front_url(self) -> str | None:
+        """The load balancer's URL, when the replicas have one in front."""
+        return self.front.url if self.front is not None else None
+
+    def replica_at(self, url: str) -> Replica | None:
+        """The replica serving at base URL ``url`` now."""
+        return next((r for r in self.replicas if r.url == url.rstrip("/")), None)
+
+    def name_at(self, url: str) -> str | None:
+        replica = self.replica_at(url)
+        return replica.name if replica is not None else None
+
     def stop(self) -> None:
         for replica in self.replicas:
             replica.stop()
+        if self.front is not None:
+            self.front.stop()
 
     async def __aenter__(self) -> Cluster:
         await self.start()

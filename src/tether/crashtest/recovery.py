@@ -1,11 +1,13 @@
 """Recovering a turn the way a client would, after its stream broke or went quiet.
 
-Ask a surviving replica for the conversation's status, then act on the verdict:
-``dead`` resumes the turn there (``POST /chat/stream?resume=true``), ``running``
-attaches to it (``GET /chat/stream/{id}`` with ``Last-Event-ID``), ``done`` means
-the answer is complete and only the transcript is left to fetch. A stream that
-ends with ``dead`` or ``gone``, or a refused resume, sends the client back to
-the status; every step is bounded.
+The recovery is the Python client's own (``tether.client``: status, then
+attach with ``Last-Event-ID``, resume when the producer is dead, attach when a
+replica took it over first, the transcript once the stream is gone), run
+through ``AsyncTetherClient.follow``. What this module adds is the crash
+test's side: where the client may turn (the replicas other than the failing
+one, or the load balancer in front of them), and the evidence: each
+connection the client opens becomes a ``TurnReader`` holding every event with
+its arrival time, and the round hears the moment the turn has a new owner.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx2
-
-from tether.crashtest.client import ClientView, TetherAPI, TurnReader
+from tether.client import AsyncTetherClient, RotatingEndpoints
+from tether.client.endpoints import Endpoints
+from tether.client.errors import RecoveryError, TetherHTTPError, TurnFailedError
+from tether.client.observer import Connection, TurnObserver
+from tether.client.sse import SSEEvent
+from tether.crashtest.client import REQUESTER, TENANT, TIMEOUT, ClientView, TetherAPI, TurnReader
 from tether.crashtest.cluster import Cluster, Replica
-
-_RETRY_PAUSE = 0.05
 
 
 @dataclass
@@ -45,8 +48,9 @@ async def recover(
     resumed_from_index: int | None = None,
 ) -> Recovery:
     """Drive the turn to its end from the replicas other than ``failing`` (until it
-    is restarted: a rolling deploy resumes on it again). A replica that is
-    paused or draining is never asked.
+    is restarted: a rolling deploy resumes on it again), or through the load
+    balancer when there is one. A replica that is paused or draining is never
+    asked directly.
 
     ``on_takeover`` hears the reader through which the client has the turn
     from its new owner: its own accepted resume, or, where replicas take dead
@@ -54,78 +58,132 @@ async def recover(
     producer (an index at or past ``resumed_from_index``: a resumed producer
     streams past every index the first one can use)."""
     recovery = Recovery()
-    attempt = 0
-    failed_start = failing.starts
-    while time.monotonic() < deadline:
-        survivors = [
-            replica
-            for replica in cluster.replicas
-            if replica.running and not (replica is failing and replica.starts == failed_start)
-        ]
-        if not survivors:
-            await asyncio.sleep(_RETRY_PAUSE)
-            continue
-        replica = survivors[attempt % len(survivors)]
-        attempt += 1
-        try:
-            status = await api.status(replica.url, session_id)
-        except httpx2.HTTPError:
-            await asyncio.sleep(_RETRY_PAUSE)
-            continue
-        if status is None:
-            recovery.problem = f"{replica.name} knows no turn for the conversation (404)"
-            return recovery
-        if status.message_id != message_id:
-            recovery.problem = f"the conversation's turn is {status.message_id}, not {message_id}"
-            return recovery
-        if status.status == "done":
-            recovery.path.append("transcript")
-            recovery.finished, recovery.finished_at = True, time.monotonic()
-            return recovery
-        if status.status in ("errored", "cancelled"):
-            recovery.path.append(status.status)
-            recovery.problem = f"the turn ended {status.status}"
-            return recovery
-        if status.status == "dead":
-            reader = api.resume(replica.url, replica.name, message_id, session_id)
-        else:
-            reader = api.attach(
-                replica.url, replica.name, message_id, session_id, last_event_id=view.last_event_id
-            )
-        recovery.readers.append(reader)
-        if await _took_over(reader, deadline, resumed_from_index) and on_takeover is not None:
-            on_takeover(reader)
-        if not await reader.ended(max(0.0, deadline - time.monotonic())):
-            await reader.aclose()
-            view.take(reader)
-            recovery.path.append(reader.label)
-            break
-        view.take(reader)
-        if reader.http_error is not None:
-            # 409: still live or taken over meanwhile; 410: finished meanwhile.
-            # Either way the status says what to do next.
-            recovery.path.append(f"{reader.label}:{reader.status_code}")
-            await asyncio.sleep(_RETRY_PAUSE)
-            continue
-        recovery.path.append(reader.label)
-        if reader.finished_turn:
-            recovery.finished, recovery.finished_at = True, time.monotonic()
-            return recovery
-        await asyncio.sleep(_RETRY_PAUSE)
-    recovery.problem = "the turn did not finish within the round's bound"
+    endpoints: Endpoints = (
+        RotatingEndpoints(api.front.url) if api.front is not None else _Survivors(cluster, failing)
+    )
+    evidence = _Evidence(cluster, view, on_takeover, resumed_from_index)
+    client = AsyncTetherClient(
+        endpoints,
+        tenant=TENANT,
+        requester_uuid=REQUESTER,
+        http=api.http,
+        timeout=TIMEOUT.connect or 5.0,
+        stream_read_timeout=TIMEOUT.read or 30.0,
+        # The round's deadline bounds the recovery; the client must not give up first.
+        recovery_timeout=max(1.0, deadline - time.monotonic()),
+    )
+    turn = client.follow(
+        session_id=session_id,
+        message_id=message_id,
+        last_event_id=view.last_event_id,
+        agent_identifier=api.agent,
+        observer=evidence,
+    )
+    try:
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            async for _ in turn:
+                pass
+    except TimeoutError:
+        recovery.problem = "the turn did not finish within the round's bound"
+    except TurnFailedError as error:
+        recovery.problem = f"the turn ended errored ({error.code})"
+    except (RecoveryError, TetherHTTPError) as error:
+        recovery.problem = str(error)
+    finally:
+        await turn.aclose()
+    recovery.path = turn.path
+    recovery.readers = evidence.readers
+    if turn.outcome == "done":
+        recovery.finished, recovery.finished_at = True, time.monotonic()
+    elif turn.outcome is not None:
+        recovery.path.append(turn.outcome)
+        recovery.problem = f"the turn ended {turn.outcome}"
     return recovery
 
 
-async def _took_over(reader: TurnReader, deadline: float, resumed_from_index: int | None) -> bool:
-    """Whether this client now has the turn from a new owner through ``reader``:
-    a resume the server accepted, or an attach to a turn a replica took over."""
-    if reader.label == "resume":
-        await reader.responded(max(0.0, deadline - time.monotonic()))
-        return reader.status_code == 201
-    if resumed_from_index is None:
-        return False
-    await reader.wait_for(
-        lambda r: any((e.index or 0) >= resumed_from_index for e in r.messages),
-        max(0.0, deadline - time.monotonic()),
-    )
-    return any((e.index or 0) >= resumed_from_index for e in reader.messages)
+class _Survivors:
+    """The replicas a client can turn to while ``failing`` fails, in turn: running
+    ones (not paused, not draining), ``failing`` only once it was restarted."""
+
+    def __init__(self, cluster: Cluster, failing: Replica) -> None:
+        self._cluster = cluster
+        self._failing = failing
+        self._failed_start = failing.starts
+        self._attempt = 0
+
+    def current(self) -> str | None:
+        survivors = [
+            replica
+            for replica in self._cluster.replicas
+            if replica.running
+            and not (replica is self._failing and replica.starts == self._failed_start)
+        ]
+        if not survivors:
+            return None
+        return survivors[self._attempt % len(survivors)].url
+
+    def failed(self, url: str) -> None:
+        self._attempt += 1
+
+
+class _Evidence(TurnObserver):
+    """One ``TurnReader`` per connection the client opens, fed as it reads."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        view: ClientView,
+        on_takeover: Callable[[TurnReader], None] | None,
+        resumed_from_index: int | None,
+    ) -> None:
+        self.readers: list[TurnReader] = []
+        self._cluster = cluster
+        self._view = view
+        self._on_takeover = on_takeover
+        self._resumed_from = resumed_from_index
+        self._by_connection: dict[int, TurnReader] = {}
+        self._owners: set[int] = set()
+
+    def opened(self, connection: Connection) -> None:
+        replica = self._cluster.replica_at(connection.url)
+        reader = TurnReader.fed(connection.kind, replica.name if replica else connection.url)
+        self._by_connection[id(connection)] = reader
+        self.readers.append(reader)
+
+    def responded(self, connection: Connection) -> None:
+        reader = self._by_connection[id(connection)]
+        assert connection.status_code is not None
+        reader.got_response(connection.status_code, connection.headers)
+        if connection.kind == "resume" and connection.status_code == 201:
+            self._takeover(reader)
+
+    def received(self, connection: Connection, event: SSEEvent) -> None:
+        reader = self._by_connection[id(connection)]
+        reader._receive(event.event, event.id, event.data)
+        latest = reader.events[-1] if reader.events else None
+        if (
+            self._resumed_from is not None
+            and latest is not None
+            and latest.index is not None
+            and latest.index >= self._resumed_from
+        ):
+            self._takeover(reader)
+
+    def closed(self, connection: Connection) -> None:
+        reader = self._by_connection.pop(id(connection))
+        failure = connection.failure
+        reader.finish(
+            http_error=_body(connection.refusal) if connection.refusal is not None else None,
+            error=f"{type(failure).__name__}: {failure}".strip() if failure is not None else None,
+        )
+        self._view.take(reader)
+
+    def _takeover(self, reader: TurnReader) -> None:
+        """Tell the round, once per reader, that it has the turn from a new owner."""
+        if id(reader) not in self._owners and self._on_takeover is not None:
+            self._owners.add(id(reader))
+            self._on_takeover(reader)
+
+
+def _body(refusal: TetherHTTPError) -> str:
+    return refusal.body if isinstance(refusal.body, str) else f"{refusal.code}: {refusal.message}"

@@ -46,6 +46,8 @@ class CrashTestConfig:
     """Stores the replicas run without (``tether serve --without``)."""
     pause_in: tuple[WriteKind, ...] = tuple(WriteKind)
     """The writes a pause-in-write round may pause in."""
+    via_load_balancer: bool = False
+    """Every request through HAProxy in front of the replicas; the client recovers through it."""
 
     @property
     def writes(self) -> tuple[WriteKind, ...]:
@@ -86,6 +88,7 @@ class CrashTestConfig:
             "pause_in": [str(write) for write in self.writes],
             "seed": self.seed,
             "agent": self.agent,
+            "via_load_balancer": self.via_load_balancer,
             "dead_after_s": settings.dead_after,
             "checkpoint_interval_s": settings.checkpoint_interval,
         }
@@ -124,12 +127,19 @@ async def run_crash_test(
         workdir=config.workdir,
         stream_store_url=config.stream_store_url,
         serve_args=config.serve_args,
+        load_balancer=config.via_load_balancer,
     )
     view.phase(f"starting {config.replicas} replicas on {config.stores_described}")
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(cluster)
         http = await stack.enter_async_context(TetherAPI.client())
-        api = TetherAPI(http, config.agent, conversations=config.conversation_store)
+        api = TetherAPI(
+            http,
+            config.agent,
+            conversations=config.conversation_store,
+            front=cluster.front,
+            names=cluster.name_at,
+        )
         unique = list(
             dict.fromkeys(prompt for round_prompts in prompts for prompt in round_prompts)
         )

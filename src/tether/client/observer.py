@@ -1,0 +1,60 @@
+"""Watching a turn's client at work: every connection it opens, every event on it.
+
+The client keeps a ``Connection`` record per request for a turn's stream
+(``TurnStream.connections``), and tells a ``TurnObserver``, if it was given
+one, as each happens; the crash test keeps them as its evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import httpx2
+
+from tether.client.errors import TetherHTTPError
+from tether.client.events import ErrorEvent
+from tether.client.sse import SSEEvent
+
+
+@dataclass
+class Connection:
+    """One request for the turn's stream, and how it went."""
+
+    kind: str
+    """start, attach or resume."""
+    url: str
+    """The base URL it was sent to."""
+    opened_at: float
+    status_code: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    failure: httpx2.TransportError | None = None
+    """The connection could not be made, or broke."""
+    refusal: TetherHTTPError | None = None
+    """An error status instead of a stream."""
+    verdict: str | None = None
+    """The ``stream_status`` it ended with."""
+    error: ErrorEvent | None = None
+    """The ``event: error`` it carried."""
+    closed_at: float | None = None
+
+    @property
+    def label(self) -> str:
+        """``attach``, or ``resume:409`` for a refused one."""
+        return f"{self.kind}:{self.status_code}" if self.refusal is not None else self.kind
+
+
+class TurnObserver:
+    """Hears every connection a turn's client opens and every event on it, as
+    they happen (the crash test keeps them as evidence). Does nothing here."""
+
+    def opened(self, connection: Connection) -> None:
+        """A request is about to be sent."""
+
+    def responded(self, connection: Connection) -> None:
+        """Its status and headers arrived."""
+
+    def received(self, connection: Connection, event: SSEEvent) -> None:
+        """One event arrived, before the client acts on it."""
+
+    def closed(self, connection: Connection) -> None:
+        """It is over (ended, refused, broken, or given up)."""

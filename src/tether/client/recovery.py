@@ -1,0 +1,508 @@
+"""Following one turn to its end, whatever happens to its connection or its replica.
+
+A stream can end four ways: with the answer (a clean live close, or
+``stream_status: done``), ``cancelled``, ``errored``, or without the answer:
+the connection broke, a replica answered 5xx, or the stream ended ``dead`` or
+``gone``. In the last case the client does what the README's "What a client
+does when it lands on a conversation" says, on any replica:
+
+1. ``GET /chat/stream/status``: which turn occupies the conversation.
+2. ``running``: attach (``GET /chat/stream/{id}`` with ``Last-Event-ID``, so the
+   stream goes on after the last message it had).
+3. ``dead``: resume (``POST /chat/stream?resume=true``). A replica may have
+   taken the turn over by itself first: the resume is then refused (409) and
+   the status, asked again, says ``running``: attach.
+4. ``done``, ``cancelled``, ``errored``: attach too, for what the client had
+   not seen and the verdict; once the turn's stream is gone (410, after the
+   grace period), its answer is read from the transcript.
+
+Each failed attempt moves to the next base URL (``Endpoints``) and waits a
+little longer (50 ms doubling to 1 s); the client gives up with
+``RecoveryError`` when no new message came for ``recovery_timeout`` seconds.
+Indexes only grow: a message at or below the last index shown is dropped, so a
+reconnect never shows anything twice.
+
+A new turn's ``POST`` that fails before its answer arrives may or may not have
+started the turn. Refused before it was sent (connection refused, 503): sent
+again. Otherwise the status says: no turn, send it again; a turn answering
+this client's message (the session is the client's own, or the transcript's
+last user message is its message and belongs to that turn), follow it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+from tether.client import routes
+from tether.client.endpoints import Endpoints
+from tether.client.errors import (
+    ConnectionFailedError,
+    ConversationBusyError,
+    RecoveryError,
+    TetherHTTPError,
+    TurnFailedError,
+    TurnOutcomeUnknownError,
+    error_from_response,
+)
+from tether.client.events import ErrorEvent, MessageEvent, StatusEvent, decode
+from tether.client.models import Conversation, StreamStatus, TurnUpdate
+from tether.client.observer import Connection, TurnObserver
+from tether.client.sse import SSEEvent, iter_sse
+from tether.domain.chat_message import ChatMessage
+
+RETRYABLE_STATUSES = frozenset({502, 503, 504})
+"""Answers that say nothing about the turn, only that this replica (or the proxy)
+cannot serve right now: ask again, elsewhere."""
+_FIRST_PAUSE = 0.05
+_LONGEST_PAUSE = 1.0
+_ASK_AGAIN = frozenset({404, 409, 410, *RETRYABLE_STATUSES})
+"""Refusals of an attach or a resume that the status explains: not found here
+yet (404), live or taken over (409), ended (410), or this replica cannot serve."""
+_TRANSIENT_STREAM_ERRORS = frozenset({"STORE_UNAVAILABLE"})
+"""``event: error`` codes that end the stream but not the turn: attach again."""
+
+
+@dataclass
+class TurnState:
+    """What the client knows of its turn."""
+
+    session_id: str
+    message_id: str | None = None
+    last_event_id: str | None = None
+    last_index: int | None = None
+    latest: TurnUpdate | None = None
+    outcome: str | None = None
+    """done or cancelled, once the turn ended that way."""
+    path: list[str] = field(default_factory=list)
+    """Each connection's label, and ``transcript`` when the answer came from there."""
+    connections: list[Connection] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    stream: httpx2.Timeout
+    control: httpx2.Timeout
+    recovery: float
+    """Seconds without a new message after which recovering gives up."""
+    patience: float
+    """Seconds a new turn or a plain request may find no replica to take it (no
+    URL reachable, every replica draining) before the client says so, rather
+    than wait as long as for a recovery."""
+
+
+class _ReadTranscript:
+    """The decision to take the answer from the transcript: the stream is gone."""
+
+
+class TurnDriver:
+    """Runs one turn's client side: start it (or pick it up), read it, recover
+    it, until it ends. ``run()`` yields each new message."""
+
+    def __init__(
+        self,
+        *,
+        http: httpx2.AsyncClient,
+        endpoints: Endpoints,
+        tenant: str,
+        state: TurnState,
+        timeouts: Timeouts,
+        start: routes.Route | None = None,
+        agent_identifier: str | None = None,
+        user_message: str | None = None,
+        own_session: bool = False,
+        recoverable: bool = True,
+        headers: dict[str, str] | None = None,
+        observer: TurnObserver | None = None,
+    ) -> None:
+        self.http = http
+        self.endpoints = endpoints
+        self.tenant = tenant
+        self.state = state
+        self.timeouts = timeouts
+        self.agent_identifier = agent_identifier
+        self.observer = observer or TurnObserver()
+        self.headers = dict(headers or {})
+        """Sent with every request: the caller's identity."""
+        self.recoverable = recoverable
+        self._start = start
+        self._user_message = user_message
+        self._own_session = own_session
+        self._maybe_started = False
+        """A start was sent and its answer lost: a turn may exist."""
+        self._pause = _FIRST_PAUSE
+        self._deadline = time.monotonic() + timeouts.recovery
+
+    async def run(self) -> AsyncGenerator[TurnUpdate, None]:
+        self._progress()  # the recovery bound counts from the first request
+        request: routes.Route | None = self._start
+        url: str | None = None
+        while True:
+            if request is None:
+                decided = await self._decide()
+                if isinstance(decided, _ReadTranscript):
+                    async for update in self._from_transcript():
+                        yield update
+                    return
+                request, url = decided
+            elif url is None:
+                url = await self._usable_url()
+            connection = Connection(request.kind, url, time.monotonic())
+            async for update in self._read(request, connection):
+                yield update
+            if self._finished(connection):
+                return
+            if request.kind == "start":
+                request, url = await self._after_start(request, connection)
+                continue
+            refusal = connection.refusal
+            if refusal is not None and refusal.status_code == 410 and request.kind == "attach":
+                # The stream is gone (cleaned up after the grace period, or
+                # replaced): what is left of the turn is its transcript.
+                async for update in self._from_transcript():
+                    yield update
+                return
+            if refusal is not None and refusal.status_code not in _ASK_AGAIN:
+                raise refusal
+            if connection.failure is not None or self._retryable(connection):
+                self.endpoints.failed(connection.url)
+            request = url = None
+            await self._wait()
+
+    # ------------------------------------------------------------ one stream
+
+    async def _read(
+        self, request: routes.Route, connection: Connection
+    ) -> AsyncIterator[TurnUpdate]:
+        state, observer = self.state, self.observer
+        state.connections.append(connection)
+        observer.opened(connection)
+        try:
+            async with self.http.stream(
+                request.method,
+                request.url(connection.url),
+                timeout=self.timeouts.stream,
+                **request.options(self.headers),
+            ) as response:
+                connection.status_code = response.status_code
+                connection.headers = {k.lower(): v for k, v in response.headers.items()}
+                observer.responded(connection)
+                if response.status_code >= 300:
+                    await response.aread()
+                    connection.refusal = error_from_response(
+                        response.status_code, response.text, response.headers
+                    )
+                    return
+                if request.kind == "start":
+                    state.message_id = response.headers.get(routes.MESSAGE_ID_HEADER)
+                async for sse in iter_sse(response):
+                    observer.received(connection, sse)
+                    update = self._apply(connection, sse)
+                    if update is not None:
+                        yield update
+        except httpx2.TransportError as failure:
+            connection.failure = failure
+        finally:
+            connection.closed_at = time.monotonic()
+            state.path.append(connection.label)
+            observer.closed(connection)
+
+    def _apply(self, connection: Connection, sse: SSEEvent) -> TurnUpdate | None:
+        event = decode(sse)
+        state = self.state
+        if isinstance(event, StatusEvent):
+            connection.verdict = event.reason
+        elif isinstance(event, ErrorEvent):
+            connection.error = event
+        elif isinstance(event, MessageEvent):
+            if state.message_id is None:
+                state.message_id = event.message_id
+            if event.message_id != state.message_id:
+                return None
+            if event.index is not None and state.last_index is not None:
+                if event.index <= state.last_index:
+                    return None  # seen already: never show anything twice
+            state.last_index = event.index if event.index is not None else state.last_index
+            state.last_event_id = event.event_id
+            update = _update(event.data, event.index, event.event_id, state)
+            state.latest = update
+            self._progress()
+            return update
+        return None
+
+    def _finished(self, connection: Connection) -> bool:
+        """Whether the stream told the turn's end (raises for an errored one)."""
+        if connection.failure is not None or connection.refusal is not None:
+            return False
+        error = connection.error
+        if error is not None and error.code in _TRANSIENT_STREAM_ERRORS:
+            return False
+        if connection.verdict == "errored" or error is not None:
+            failed = error or ErrorEvent("ERRORED", "the turn ended errored")
+            raise TurnFailedError(failed.code, failed.message, message_id=self.state.message_id)
+        if connection.verdict in (None, "done"):
+            # A clean close of a live stream is the answer's end (design §3).
+            self.state.outcome = "done"
+            return True
+        if connection.verdict == "cancelled":
+            self.state.outcome = "cancelled"
+            return True
+        return False  # dead, gone, or a verdict this client does not know: ask
+
+    @staticmethod
+    def _retryable(connection: Connection) -> bool:
+        refusal = connection.refusal
+        return refusal is not None and refusal.status_code in RETRYABLE_STATUSES
+
+    # ---------------------------------------------------------- a new turn
+
+    async def _after_start(
+        self, request: routes.Route, connection: Connection
+    ) -> tuple[routes.Route | None, str | None]:
+        """What follows a start: recovery once it streamed, a retry when it was
+        refused before anything started, else the question whether it started."""
+        refusal, failure = connection.refusal, connection.failure
+        if refusal is None and connection.status_code is not None:
+            # It started; its stream broke or ended dead: recover it.
+            if self.state.message_id is None:
+                self._maybe_started = True
+                return await self._adopt(request)
+            if failure is not None:
+                self.endpoints.failed(connection.url)
+            await self._wait()
+            return None, None
+        if isinstance(failure, httpx2.ConnectError | httpx2.ConnectTimeout) or (
+            refusal is not None and refusal.status_code == 503
+        ):
+            # Never reached a replica, or one refused it before claiming anything.
+            first_start = self.state.connections[0].opened_at
+            if time.monotonic() - first_start > self.timeouts.patience:
+                if refusal is not None:
+                    raise refusal
+                raise ConnectionFailedError(
+                    f"no replica accepted the turn within {self.timeouts.patience:.0f} s "
+                    f"(last tried {connection.url})"
+                ) from failure
+            self.endpoints.failed(connection.url)
+            await self._wait(refusal.retry_after if refusal is not None else None)
+            return request, None
+        if isinstance(refusal, ConversationBusyError) and not self._maybe_started:
+            raise refusal
+        if refusal is not None and refusal.status_code not in (409, 502, 504):
+            raise refusal
+        # Sent, and its answer lost (or a proxy's 502/504, or a 409 after such a
+        # loss): the turn may have started. The status tells.
+        self._maybe_started = True
+        self.endpoints.failed(connection.url)
+        await self._wait()
+        return await self._adopt(request)
+
+    async def _adopt(self, request: routes.Route) -> tuple[routes.Route | None, str | None]:
+        """After a start whose answer was lost: send it again if no turn started,
+        follow the turn that did if it answers this client's message."""
+        while True:
+            url = await self._usable_url()
+            try:
+                status = await self._status(url)
+            except _Unreachable:
+                self.endpoints.failed(url)
+                await self._wait()
+                continue
+            if status is None:
+                return request, url  # nothing started: send it again
+            if await self._ours(url, status.message_id):
+                self.state.message_id = status.message_id
+                return await self._continuation(status, url)
+            raise TurnOutcomeUnknownError(
+                f"the request for a new turn was lost, and the conversation's turn "
+                f"{status.message_id} cannot be told to answer it"
+            )
+
+    async def _ours(self, url: str, message_id: str) -> bool:
+        """Whether turn ``message_id`` answers this client's new message."""
+        if self._own_session:
+            return True  # a session id this client made up: nobody else's turn
+        try:
+            conversation = await self._conversation(url)
+        except (_Unreachable, TetherHTTPError):
+            return False
+        users = [m for m in (conversation.messages if conversation else []) if m.sender == "user"]
+        return bool(users) and (
+            users[-1].message_id == f"{message_id}-user"
+            and users[-1].content == (self._user_message or "")
+        )
+
+    # ------------------------------------------------------------- recovery
+
+    async def _decide(self) -> tuple[routes.Route, str] | _ReadTranscript:
+        """Ask a replica where the turn stands; the request that continues it."""
+        state = self.state
+        assert state.message_id is not None, "recovery needs the turn's message id"
+        if not self.recoverable:
+            raise RecoveryError(
+                f"the stream of turn {state.message_id} broke, and a turn that is not "
+                "stateful cannot be recovered",
+                message_id=state.message_id,
+            )
+        while True:
+            url = await self._usable_url()
+            try:
+                status = await self._status(url)
+            except _Unreachable:
+                self.endpoints.failed(url)
+                await self._wait()
+                continue
+            if status is None or status.message_id != state.message_id:
+                return _ReadTranscript()
+            return await self._continuation(status, url)
+
+    async def _continuation(self, status: StreamStatus, url: str) -> tuple[routes.Route, str]:
+        """The request that continues the turn, given its status at ``url``."""
+        state = self.state
+        assert state.message_id is not None
+        if status.status == "dead":
+            agent = self.agent_identifier or await self._agent(url)
+            if agent is not None:
+                route = routes.resume(
+                    self.tenant,
+                    agent_identifier=agent,
+                    message_id=state.message_id,
+                    session_id=state.session_id,
+                )
+                return route, url
+        # Running (or dead, with no agent to resume it as: a replica will take
+        # it over, and the follower waits for it), or ended: the rest of its
+        # stream and its verdict.
+        route = routes.attach(
+            self.tenant,
+            message_id=state.message_id,
+            session_id=state.session_id,
+            last_event_id=state.last_event_id,
+        )
+        return route, url
+
+    async def _from_transcript(self) -> AsyncIterator[TurnUpdate]:
+        """The turn's answer from the transcript, its stream being gone."""
+        state = self.state
+        while True:
+            url = await self._usable_url()
+            try:
+                conversation = await self._conversation(url)
+                break
+            except _Unreachable:
+                self.endpoints.failed(url)
+                await self._wait()
+        state.path.append("transcript")
+        answer = next(
+            (
+                m
+                for m in (conversation.messages if conversation else [])
+                if m.message_id == state.message_id
+            ),
+            None,
+        )
+        if answer is None:
+            raise RecoveryError(
+                f"turn {state.message_id} is no longer known and left no answer",
+                message_id=state.message_id,
+            )
+        state.outcome = "done"
+        latest = state.latest
+        if latest is None or latest.message != answer:
+            data = answer.model_dump(mode="json", exclude_none=True)
+            update = _update(data, None, None, state)
+            state.latest = update
+            yield update
+
+    # ------------------------------------------------------------- requests
+
+    async def _status(self, url: str) -> StreamStatus | None:
+        body = await self._get(url, routes.status(self.tenant, self.state.session_id))
+        return StreamStatus.from_json(body) if body is not None else None
+
+    async def _conversation(self, url: str) -> Conversation | None:
+        route = routes.get_conversation(self.tenant, self.state.session_id)
+        body = await self._get(url, route)
+        return Conversation.from_json(body) if body is not None else None
+
+    async def _agent(self, url: str) -> str | None:
+        """The conversation's agent, for a resume of a turn this client did not start."""
+        try:
+            conversation = await self._conversation(url)
+        except TetherHTTPError:
+            return None
+        return conversation.summary.agent_identifier if conversation is not None else None
+
+    async def _get(self, url: str, route: routes.Route) -> Any:
+        """The JSON body; None on a 404; ``_Unreachable`` when worth asking again
+        elsewhere; the typed error otherwise."""
+        try:
+            response = await self.http.request(
+                route.method,
+                route.url(url),
+                timeout=self.timeouts.control,
+                **route.options(self.headers),
+            )
+        except httpx2.TransportError as failure:
+            raise _Unreachable from failure
+        if response.status_code == 404 and _is_ours(response):
+            return None
+        if response.status_code in RETRYABLE_STATUSES:
+            raise _Unreachable
+        if response.status_code >= 300:
+            raise error_from_response(response.status_code, response.text, response.headers)
+        return response.json()
+
+    # ---------------------------------------------------------------- pacing
+
+    async def _usable_url(self) -> str:
+        while (url := self.endpoints.current()) is None:
+            await self._wait()
+        return url
+
+    async def _wait(self, at_least: float | None = None) -> None:
+        """Pause before the next attempt; give up past the recovery bound."""
+        if time.monotonic() > self._deadline:
+            raise RecoveryError(
+                f"no replica served turn {self.state.message_id or '(not started)'} "
+                f"for {self.timeouts.recovery:.0f} s (path: {' > '.join(self.state.path)})",
+                message_id=self.state.message_id,
+            )
+        pause = max(self._pause, min(at_least or 0.0, _LONGEST_PAUSE))
+        self._pause = min(self._pause * 2, _LONGEST_PAUSE)
+        await asyncio.sleep(pause)
+
+    def _progress(self) -> None:
+        self._pause = _FIRST_PAUSE
+        self._deadline = time.monotonic() + self.timeouts.recovery
+
+
+class _Unreachable(Exception):
+    """A request that got no usable answer from this base URL."""
+
+
+def _is_ours(response: httpx2.Response) -> bool:
+    """A 404 from tether (``TURN_NOT_FOUND``), not a proxy's page for an unknown path."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "code" in body
+
+
+def _update(
+    data: dict[str, Any], index: int | None, event_id: str | None, state: TurnState
+) -> TurnUpdate:
+    return TurnUpdate(
+        message=ChatMessage.model_validate(data),
+        index=index,
+        event_id=event_id,
+        message_id=state.message_id or "",
+        session_id=state.session_id,
+        data=data,
+    )

@@ -1,0 +1,230 @@
+"""``TetherClient``: the async client's twin for blocking code.
+
+    with TetherClient("http://lb:8000", tenant="acme", requester_uuid="alice") as client:
+        with client.stream(agent_identifier="assistant", message="Hi") as turn:
+            for update in turn:
+                print(update.content)
+
+Every call runs the async client on a private event loop (``Portal``), so
+both behave the same, recovery included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx2
+
+from tether.client._portal import Portal
+from tether.client.async_client import (
+    DEFAULT_RECOVERY_TIMEOUT,
+    DEFAULT_STREAM_READ_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    AsyncTetherClient,
+)
+from tether.client.endpoints import Endpoints
+from tether.client.models import (
+    Conversation,
+    ConversationPage,
+    ConversationSummary,
+    StreamStatus,
+    TurnUpdate,
+)
+from tether.client.observer import Connection, TurnObserver
+from tether.client.turn import TurnStream
+from tether.domain.chat_message import ChatMessage
+
+
+class SyncTurnStream:
+    """``TurnStream`` for blocking code: iterate it for the answer so far."""
+
+    def __init__(self, portal: Portal, stream: TurnStream) -> None:
+        self._portal = portal
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[TurnUpdate]:
+        return self
+
+    def __next__(self) -> TurnUpdate:
+        try:
+            return self._portal.call(self._stream.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def answer(self) -> TurnUpdate | None:
+        """Read the turn to its end; its final answer."""
+        return self._portal.call(self._stream.answer())
+
+    def cancel(self) -> bool:
+        return self._portal.call(self._stream.cancel())
+
+    def close(self) -> None:
+        """Hang up; the turn goes on on the server."""
+        self._portal.call(self._stream.aclose())
+
+    def __enter__(self) -> SyncTurnStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def session_id(self) -> str:
+        return self._stream.session_id
+
+    @property
+    def message_id(self) -> str | None:
+        return self._stream.message_id
+
+    @property
+    def latest(self) -> TurnUpdate | None:
+        return self._stream.latest
+
+    @property
+    def outcome(self) -> str | None:
+        return self._stream.outcome
+
+    @property
+    def path(self) -> list[str]:
+        return self._stream.path
+
+    @property
+    def connections(self) -> list[Connection]:
+        return self._stream.connections
+
+    @property
+    def recovered(self) -> bool:
+        return self._stream.recovered
+
+
+class TetherClient:
+    """The blocking twin of ``AsyncTetherClient``: the same arguments, the same
+    methods without ``await``. Close it (or use ``with``) to stop its loop."""
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str] | Endpoints,
+        *,
+        tenant: str,
+        requester_uuid: str | None = None,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        stream_read_timeout: float = DEFAULT_STREAM_READ_TIMEOUT,
+        recovery_timeout: float = DEFAULT_RECOVERY_TIMEOUT,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._portal = Portal()
+
+        async def build() -> AsyncTetherClient:
+            # Made on the portal's loop, where all of its I/O runs.
+            return AsyncTetherClient(
+                base_url,
+                tenant=tenant,
+                requester_uuid=requester_uuid,
+                token=token,
+                headers=headers,
+                timeout=timeout,
+                stream_read_timeout=stream_read_timeout,
+                recovery_timeout=recovery_timeout,
+                transport=transport,
+            )
+
+        try:
+            self._client = self._portal.call(build())
+        except BaseException:
+            self._portal.close()
+            raise
+
+    @property
+    def tenant(self) -> str:
+        return self._client.tenant
+
+    def close(self) -> None:
+        self._portal.call(self._client.aclose())
+        self._portal.close()
+
+    def __enter__(self) -> TetherClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def stream(
+        self,
+        *,
+        agent_identifier: str,
+        message: str | ChatMessage,
+        session_id: str | None = None,
+        stateful: bool = True,
+        bot_params: dict[str, Any] | None = None,
+        conversation_context: dict[str, Any] | None = None,
+        observer: TurnObserver | None = None,
+    ) -> SyncTurnStream:
+        """See ``AsyncTetherClient.stream``."""
+        stream = self._client.stream(
+            agent_identifier=agent_identifier,
+            message=message,
+            session_id=session_id,
+            stateful=stateful,
+            bot_params=bot_params,
+            conversation_context=conversation_context,
+            observer=observer,
+        )
+        return SyncTurnStream(self._portal, stream)
+
+    def follow(
+        self,
+        *,
+        session_id: str,
+        message_id: str,
+        last_event_id: str | None = None,
+        agent_identifier: str | None = None,
+    ) -> SyncTurnStream:
+        """See ``AsyncTetherClient.follow``."""
+        stream = self._client.follow(
+            session_id=session_id,
+            message_id=message_id,
+            last_event_id=last_event_id,
+            agent_identifier=agent_identifier,
+        )
+        return SyncTurnStream(self._portal, stream)
+
+    def status(self, session_id: str) -> StreamStatus | None:
+        return self._portal.call(self._client.status(session_id))
+
+    def cancel(self, message_id: str, session_id: str | None = None) -> bool:
+        return self._portal.call(self._client.cancel(message_id, session_id))
+
+    def list_conversations(self, *, limit: int = 50, cursor: str | None = None) -> ConversationPage:
+        return self._portal.call(self._client.list_conversations(limit=limit, cursor=cursor))
+
+    def conversations(self, *, page_size: int = 50) -> Iterator[ConversationSummary]:
+        cursor: str | None = None
+        while True:
+            page = self.list_conversations(limit=page_size, cursor=cursor)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def get_conversation(self, session_id: str) -> Conversation:
+        return self._portal.call(self._client.get_conversation(session_id))
+
+    def share_conversation(self, session_id: str, shared: bool = True) -> ConversationSummary:
+        return self._portal.call(self._client.share_conversation(session_id, shared))
+
+    def delete_conversation(self, session_id: str) -> None:
+        self._portal.call(self._client.delete_conversation(session_id))

@@ -1,0 +1,106 @@
+"""``TurnStream``: one turn as its client follows it, message after message."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from types import TracebackType
+
+from tether.client.models import TurnUpdate
+from tether.client.observer import Connection
+from tether.client.recovery import TurnDriver, TurnState
+
+
+class TurnStream:
+    """A turn being streamed: iterate it for the whole answer so far, again and
+    again, until the turn ends; reconnects, takeovers and replica failures
+    happen inside the iteration.
+
+    The iteration ends normally when the turn is done or cancelled
+    (``outcome`` says which); it raises ``TurnFailedError`` when the turn
+    errored and ``RecoveryError`` when no replica served it within the
+    client's recovery bound. Use it as ``async with`` (or call ``aclose``) to
+    hang up early; the turn goes on on the server.
+    """
+
+    def __init__(self, driver: TurnDriver, cancel: Callable[[str, str], Awaitable[bool]]) -> None:
+        self._driver = driver
+        self._state: TurnState = driver.state
+        self._cancel = cancel
+        self._updates: AsyncGenerator[TurnUpdate, None] | None = None
+
+    # ------------------------------------------------------ what is known
+
+    @property
+    def session_id(self) -> str:
+        return self._state.session_id
+
+    @property
+    def message_id(self) -> str | None:
+        """The turn's id, once the server named it (at the start's 201)."""
+        return self._state.message_id
+
+    @property
+    def latest(self) -> TurnUpdate | None:
+        """The last update yielded: the answer as far as the client has it."""
+        return self._state.latest
+
+    @property
+    def outcome(self) -> str | None:
+        """``done`` or ``cancelled`` once the iteration has ended normally."""
+        return self._state.outcome
+
+    @property
+    def path(self) -> list[str]:
+        """How the client got the turn: one label per connection (``start``,
+        ``attach``, ``resume``, ``resume:409``...) and ``transcript``."""
+        return list(self._state.path)
+
+    @property
+    def connections(self) -> list[Connection]:
+        """Every request made for the turn's stream, with its status and headers."""
+        return list(self._state.connections)
+
+    @property
+    def recovered(self) -> bool:
+        """Whether the client had to reconnect to get the turn."""
+        return len(self._state.connections) > 1
+
+    # ----------------------------------------------------------- iterating
+
+    def __aiter__(self) -> TurnStream:
+        return self
+
+    async def __anext__(self) -> TurnUpdate:
+        if self._updates is None:
+            self._updates = self._driver.run()
+        updates = self._updates
+        return await updates.__anext__()
+
+    async def answer(self) -> TurnUpdate | None:
+        """Read the turn to its end; its final answer (None if it had none)."""
+        async for _ in self:
+            pass
+        return self.latest
+
+    async def cancel(self) -> bool:
+        """Cancel the turn from any replica; False when it had already ended.
+        The stream then ends with ``outcome == "cancelled"``."""
+        if self.message_id is None:
+            raise RuntimeError("the turn has not started yet: nothing to cancel")
+        return await self._cancel(self.message_id, self.session_id)
+
+    async def aclose(self) -> None:
+        """Hang up. The turn goes on on the server; ``follow`` picks it up again."""
+        if self._updates is not None:
+            await self._updates.aclose()
+
+    async def __aenter__(self) -> TurnStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,163 @@
+"""A real load balancer: HAProxy (Debian's package) on loopback in front of three replicas.
+
+The client is given one URL, HAProxy's, and the replica streaming its answer
+is SIGKILLed mid-answer: the client recovers through the load balancer by
+itself (HAProxy's health checks on ``/probes/ready`` take the dead replica
+out, its retries send a refused connection elsewhere) and yields the complete
+answer, as a crash-free run gives it. Then the crash test runs its rounds
+through the load balancer (``--via-load-balancer``), the client doing every
+recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import time
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from typer.testing import CliRunner
+
+from tests.support.haproxy import require_haproxy
+from tests.support.project import make_project
+from tether.cli.main import app
+from tether.cli.server_app import example_project_dir
+from tether.client import AsyncTetherClient, TurnUpdate
+from tether.crashtest.cluster import Cluster
+from tether.crashtest.load_balancer import PIN_HEADER, SERVER_HEADER
+
+pytestmark = [pytest.mark.processes, pytest.mark.timeout(150)]
+
+PROMPT = "Tell me about rivers and the towns along them."
+
+
+@pytest.fixture(autouse=True)
+def haproxy() -> str:
+    return require_haproxy()
+
+
+async def test_the_load_balancer_balances_pins_and_streams_without_buffering(
+    tmp_path: Path,
+) -> None:
+    project = make_project(
+        tmp_path / "project", chunks_per_second=40, answer_chunks=40, tool_call_after_chunks=None
+    )
+    cluster = Cluster(
+        project, f"sqlite:///{tmp_path}/tether.db", size=3, workdir=tmp_path, load_balancer=True
+    )
+    async with cluster, httpx2.AsyncClient(timeout=10) as http:
+        front = cluster.front_url
+        assert front is not None
+        served = [
+            (await http.get(f"{front}/probes/ready")).headers[SERVER_HEADER] for _ in range(6)
+        ]
+        assert sorted(served) == ["r1", "r1", "r2", "r2", "r3", "r3"]  # round-robin
+        pinned = await http.get(f"{front}/probes/ready", headers={PIN_HEADER: "r2"})
+        assert pinned.headers[SERVER_HEADER] == "r2"
+
+        # Each message reaches the client as it is written (40 a second), not in
+        # batches: HAProxy holds nothing back.
+        async with AsyncTetherClient(front, tenant="t", requester_uuid="ivy") as client:
+            arrivals = []
+            async for _ in client.stream(agent_identifier="plain", message=PROMPT):
+                arrivals.append(time.monotonic())
+        gaps = sorted(b - a for a, b in pairwise(arrivals))
+        assert gaps[len(gaps) // 2] < 0.1, gaps
+
+
+async def test_the_client_recovers_through_the_load_balancer_while_its_replica_is_killed(
+    tmp_path: Path,
+) -> None:
+    project = make_project(
+        tmp_path / "project", chunks_per_second=40, answer_chunks=160, tool_call_after_chunks=None
+    )
+    cluster = Cluster(
+        project, f"sqlite:///{tmp_path}/tether.db", size=3, workdir=tmp_path, load_balancer=True
+    )
+    async with cluster:
+        assert cluster.front is not None
+        async with AsyncTetherClient(cluster.front.url, tenant="t", requester_uuid="jo") as client:
+            reference = await client.stream(agent_identifier="plain", message=PROMPT).answer()
+            assert reference is not None
+
+            updates: list[TurnUpdate] = []
+            killed = None
+            async with client.stream(agent_identifier="plain", message=PROMPT) as turn:
+                async for update in turn:
+                    updates.append(update)
+                    if len(updates) == 20:
+                        # The load balancer says which replica streams the answer.
+                        name = turn.connections[0].headers[SERVER_HEADER.lower()]
+                        killed = next(r for r in cluster.replicas if r.name == name)
+                        killed.send(signal.SIGKILL)
+            assert killed is not None
+            states = await cluster.front.states()
+    assert states[killed.name].startswith("DOWN"), states
+    assert turn.outcome == "done" and turn.recovered, turn.path
+    indexes = [u.index for u in updates]
+    assert all(i is not None for i in indexes)
+    assert all(a < b for a, b in pairwise(i for i in indexes if i is not None)), indexes
+    assert len({u.event_id for u in updates}) == len(updates)
+    assert updates[-1].content == reference.content
+    # Every connection after the kill was served by a surviving replica.
+    recovered_by = {c.headers.get(SERVER_HEADER.lower()) for c in turn.connections[1:]}
+    assert recovered_by and killed.name not in recovered_by, turn.connections
+
+
+def _fast_project(directory: Path) -> Path:
+    """The example project, its long agent at 40 chunks a second for 80 chunks."""
+    shutil.copytree(example_project_dir(), directory)
+    setups_file = directory / "agents" / "agent_setups.json"
+    setups = json.loads(setups_file.read_text())
+    for setup in setups:
+        if setup["agent_identifier"] == "long-writer":
+            setup["agent_configuration"]["llm"].update(
+                chunks_per_second=40, answer_chunks=80, tool_call_after_chunks=5
+            )
+    setups_file.write_text(json.dumps(setups, indent=2))
+    return directory
+
+
+def test_the_crash_test_runs_its_rounds_through_the_load_balancer(tmp_path: Path) -> None:
+    report_file = tmp_path / "report.json"
+    started = time.monotonic()
+    result = CliRunner().invoke(
+        app,
+        [
+            "crash-test", str(_fast_project(tmp_path / "project")), "--replicas", "3",
+            "--rounds", "2", "--conversations", "3", "--fault", "kill",
+            "--via-load-balancer", "--seed", "7", "--json", str(report_file),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "through HAProxy" in result.output
+    report: dict[str, Any] = json.loads(report_file.read_text())
+    assert report["settings"]["via_load_balancer"] is True
+    assert report["violations"] == 0
+    assert report["turns_passed"] == report["turns"] == 6
+    assert report["passed"] == report["rounds"] == 2
+    assert time.monotonic() - started < 120
+
+
+async def test_a_replica_restarted_on_a_new_port_is_balanced_again(tmp_path: Path) -> None:
+    project = make_project(tmp_path / "project", chunks_per_second=400, answer_chunks=10)
+    cluster = Cluster(
+        project, f"sqlite:///{tmp_path}/tether.db", size=2, workdir=tmp_path, load_balancer=True
+    )
+    async with cluster, httpx2.AsyncClient(timeout=10) as http:
+        assert cluster.front is not None
+        first = cluster.replicas[0]
+        old_port = first.port
+        first.send(signal.SIGKILL)
+        assert await asyncio.to_thread(first.process.wait, 10) is not None
+        await first.start()  # a fresh port; the cluster moves the server there
+        assert first.port != old_port
+        assert (await cluster.front.states())[first.name] == "UP"
+        pinned = await http.get(f"{cluster.front.url}/probes/ready", headers={PIN_HEADER: "r1"})
+        assert pinned.status_code == 200 and pinned.headers[SERVER_HEADER] == "r1"
