@@ -33,6 +33,7 @@ from tether.testing.contracts import (
     ChatAgentStateFenceContract,
     ChatAgentStateStoreContract,
     ChatConversationFenceContract,
+    ChatConversationRemovalContract,
     ChatConversationRetentionContract,
     ChatConversationStoreFullContract,
     ChatStreamRecordingCrossProcessContract,
@@ -142,6 +143,13 @@ class TestAgentStateFence(ChatAgentStateFenceContract):
 
 @only_conversation_backends
 class TestConversationFence(ChatConversationFenceContract):
+    @pytest.fixture
+    def store(self, bundle: StoreBundle) -> Any:
+        return bundle.chat_conversation_store
+
+
+@only_conversation_backends
+class TestConversationRemoval(ChatConversationRemovalContract):
     @pytest.fixture
     def store(self, bundle: StoreBundle) -> Any:
         return bundle.chat_conversation_store

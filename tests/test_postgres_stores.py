@@ -41,7 +41,7 @@ from tether.adapters.postgres import (
     queries,
     stores_from_url,
 )
-from tether.adapters.postgres._keys import session_key
+from tether.adapters.postgres._keys import row_key, session_key
 from tether.cli.db import db_app
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
@@ -170,6 +170,57 @@ async def test_two_databases_racing_compare_and_swap_have_one_winner_per_epoch(
             assert won.count(True) == 1, (epoch, won)
         final = await two.read("t", "u", "s")
         assert final is not None and final.epoch == 20
+
+
+def _conversation_store(url: str) -> PostgresChatConversationStore:
+    return PostgresChatConversationStore(PostgresDatabase.from_url(url))
+
+
+def _numbered(turn: int, number: int) -> ChatMessage:
+    return ChatMessage(
+        sender=ChatMessageSender.USER if number == 0 else ChatMessageSender.BOT,
+        content=f"{turn}.{number}",
+        message_id=f"m-{turn}-{number}",
+    )
+
+
+async def test_rollbacks_racing_appends_from_another_database_keep_positions_dense(
+    postgres_url: str,
+) -> None:
+    """``remove_fenced`` moves the later messages down under the row lock: the
+    positions stay 0 .. message_count - 1 (appends start at ``message_count``),
+    whichever of a rollback and a higher turn's append, on two pools, lands first."""
+    async with (
+        _conversation_store(postgres_url) as one,
+        _conversation_store(postgres_url) as two,
+        await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin,
+    ):
+        for turn in range(1, 4):
+            batch = [_numbered(turn, number) for number in range(3)]
+            assert await one.append_fenced("t", "u", "s", "agent", batch, epoch=turn)
+        expected = [f"{turn}.{number}" for turn in range(1, 4) for number in range(3)]
+        for epoch in range(4, 14, 2):
+            # A rollback of a message from the middle at ``epoch`` against the next
+            # turn's message at ``epoch + 1``: both orders are right, nothing else.
+            victim = expected[len(expected) // 2]
+            removed, appended = await asyncio.gather(
+                one.remove_fenced("t", "u", "s", [f"m-{victim.replace('.', '-')}"], epoch=epoch),
+                two.append_fenced("t", "u", "s", "agent", [_numbered(epoch, 0)], epoch=epoch + 1),
+            )
+            assert appended
+            expected.append(f"{epoch}.0")
+            if removed:
+                expected.remove(victim)
+            transcript = await two.get_transcript("t", "u", "s")
+            assert [message.content for message in transcript] == expected
+            cursor = await admin.execute(
+                "SELECT position FROM tether_conversation_messages"
+                " WHERE conversation_key = %s ORDER BY position",
+                (row_key("t", "s"),),
+            )
+            assert [row[0] for row in await cursor.fetchall()] == list(range(len(expected)))
+            summary = await one.get_conversation("t", "u", "s")
+            assert summary is not None and summary.message_count == len(expected)
 
 
 class _CountingCursor(psycopg.AsyncCursor[Any]):

@@ -175,6 +175,7 @@ _CORRUPTIBLE: dict[str, list[_Operation]] = {
         lambda s: s.conversations.set_last_turn_status("t", "u", "s", "errored"),
         lambda s: s.conversations.set_shared("t", "u", "s", True),
         lambda s: s.conversations.delete_conversation("t", "u", "s"),
+        lambda s: s.conversations.remove_fenced("t", "u", "s", ["m-1"], epoch=9),
         lambda s: s.conversations.list_conversations("t", "u"),
     ],
 }

@@ -33,7 +33,7 @@ from tether.domain.chat_message import (
     ContentPartTool,
     ContentPartType,
 )
-from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.chat_request import ChatRequest, MultitaskStrategy, RequestHeaders
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
 from tether.handlers.chat_handler import ChatHandler
@@ -228,8 +228,10 @@ class ScriptedCluster:
         text: str = "What is the question?",
         *,
         resume: str | None = None,
+        strategy: MultitaskStrategy = "reject",
     ) -> Turn:
-        """Start (or with ``resume``, resume) a stateful turn of ``session``."""
+        """Start (or with ``resume``, resume) a stateful turn of ``session``;
+        ``strategy`` says what it does to a turn occupying the conversation."""
         request = ChatRequest(
             tenant="t",
             request_headers=RequestHeaders(requester_uuid="u"),
@@ -237,6 +239,7 @@ class ScriptedCluster:
             conversation=[] if resume else [question(text)],
             stateful=True,
             session_id=session,
+            multitask_strategy=strategy,
         )
         return await replica.start_turn(request, resume_message_id=resume)
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.api.ids import ID_PATTERN, MAX_ID_LENGTH
 from tether.domain.chat_message import ChatMessage, ConversationContext
+from tether.domain.chat_request import MultitaskStrategy
 
 
 class ChatResponseForm(BaseModel):
@@ -22,6 +23,11 @@ class ChatResponseForm(BaseModel):
     stateful: bool = False
     session_id: str | None = Field(
         default=None, min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN
+    )
+    multitask_strategy: MultitaskStrategy = Field(
+        default="reject",
+        description="When another turn occupies the conversation: reject (409), "
+        "interrupt it, or roll it back (interrupt, and remove it from the transcript)",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -158,6 +159,31 @@ class ChatConversationStore(ABC):
         elif last_turn_status is not None:
             await self.set_last_turn_status(tenant, requester_uuid, session_id, last_turn_status)
         return True
+
+    async def remove_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        epoch: int,
+        last_turn_status: LastTurnStatus | None = None,
+    ) -> bool:
+        """Remove the messages whose ``message_id`` is in ``message_ids``, fenced
+        by ``epoch`` (a rollback: the interrupted turn's user message and partial
+        answer leave the transcript).
+
+        Atomically: when the conversation's fence is above ``epoch``, change
+        nothing and return False. Otherwise raise the fence to ``epoch``, remove
+        those messages (ids not in the transcript are ignored), keep the order
+        of the rest, set ``last_turn_status`` when given, and return True. A
+        missing conversation returns True. Owner-only, as every write.
+
+        Optional: the default raises ``NotImplementedError`` (the
+        ``rollback`` strategy is then refused with a 501).
+        """
+        raise NotImplementedError
 
     async def fence(
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int

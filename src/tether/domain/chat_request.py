@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,15 @@ class RequestHeaders(BaseModel):
     authorization: str | None = Field(default=None, alias="Authorization", repr=False)
 
 
+MultitaskStrategy = Literal["reject", "interrupt", "rollback"]
+"""What a new turn does to a conversation another turn still occupies (the
+name LangGraph's users know): ``reject`` it with a 409 naming the occupant
+(the seed's behaviour, the default); ``interrupt`` the occupant (cancelled,
+its partial answer kept, as a cancel does) and start at once; ``rollback``,
+as interrupt, and the interrupted turn's user message and partial answer
+leave the transcript."""
+
+
 class ChatRequest(BaseModel):
     """One turn as the handler sees it, after the HTTP layer has checked it."""
 
@@ -35,3 +44,4 @@ class ChatRequest(BaseModel):
     bot_params: dict[str, Any] | None = None
     stateful: bool = False
     session_id: str | None = None
+    multitask_strategy: MultitaskStrategy = "reject"

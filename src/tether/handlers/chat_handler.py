@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.chat_conversation_store import (
+    ChatConversationStore,
     ConversationNotOwnedError,
     LastTurnStatus,
     normalize_owner,
@@ -31,7 +32,7 @@ from tether.domain.chat_message import (
     ContentPartType,
     ToolCallStatus,
 )
-from tether.domain.chat_request import ChatRequest
+from tether.domain.chat_request import ChatRequest, MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
@@ -39,6 +40,7 @@ from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
     DrainingError,
+    NotImplementedByStoreError,
     NotOwnerError,
     StorageNotConfiguredError,
     TurnEndedError,
@@ -65,6 +67,10 @@ from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
+
+_DISPLACE_TRIES = 3
+"""Claims an ``interrupt`` or ``rollback`` turn tries, cancelling the occupant
+before each: more than one only when other turns keep taking the conversation."""
 
 FORCED_HAND_OFF_SECONDS = 1.0
 """The end of the drain timeout kept for handing off turns whose agents would
@@ -197,8 +203,18 @@ class ChatHandler:
         )
         if request.stateful:
             await self._check_writer(request.tenant, requester, request.session_id or "")
-        lease = await self._claim(context, automatic=automatic) if request.stateful else None
+        displacing = not resuming and request.multitask_strategy != "reject"
+        interrupted: str | None = None
+        if not request.stateful:
+            lease = None
+        elif displacing:
+            lease, interrupted = await self._displace(context, request.multitask_strategy)
+        else:
+            lease = await self._claim(context, automatic=automatic)
         try:
+            if interrupted is not None and request.multitask_strategy == "rollback":
+                assert lease is not None
+                await self._roll_back(context, interrupted, lease.epoch)
             first_index, recorded = await self._recorded(context, lease) if resuming else (0, None)
             turn = Turn(
                 request=request,
@@ -309,6 +325,60 @@ class ChatHandler:
                 message_id=occupant.message_id,
                 session_id=key.session_id,
             ) from refused
+
+    async def _displace(
+        self, context: TurnContext, strategy: MultitaskStrategy
+    ) -> tuple[Lease | None, str | None]:
+        """Claim the conversation for a new turn, cancelling whatever turn
+        occupies it (``interrupt``, ``rollback``): the cancel of any replica,
+        so the occupant's partial answer is kept and its producer, wherever it
+        runs, is fenced. Returns the lease and the interrupted turn's id."""
+        if strategy == "rollback" and not self._can_roll_back():
+            raise NotImplementedByStoreError(
+                "rollback needs a conversation store that can remove messages "
+                "(remove_fenced); this server's cannot: use interrupt"
+            )
+        interrupted: str | None = None
+        for _ in range(_DISPLACE_TRIES):
+            try:
+                return await self._claim(context, automatic=False), interrupted
+            except ConversationBusyError as busy:
+                occupant = busy.message_id
+            try:
+                await self.cancel(
+                    context.tenant, context.requester_uuid, context.session_id, occupant
+                )
+                interrupted = occupant
+            except (TurnEndedError, TurnNotFoundError, ConversationBusyError):
+                pass  # it ended, or changed hands, meanwhile: claim again
+        raise ConversationBusyError(
+            "the conversation stayed busy: other turns kept taking it; try again",
+            message_id=occupant,
+            session_id=context.session_id,
+        )
+
+    def _can_roll_back(self) -> bool:
+        store = self.stores.conversation
+        return store is None or (
+            type(store).remove_fenced is not ChatConversationStore.remove_fenced
+        )
+
+    async def _roll_back(self, context: TurnContext, interrupted: str, epoch: int) -> None:
+        """Remove the interrupted turn's user message and partial answer from the
+        transcript, fenced at the new turn's epoch (before its own user message)."""
+        store = self.stores.conversation
+        if store is None:
+            return  # no transcript here: the client's is the only one
+        ids = [interrupted, f"{interrupted}-user"]
+        key = self._key(context.tenant, context.requester_uuid, context.session_id or "")
+        if not await store.remove_fenced(
+            key.tenant, key.requester_uuid, key.session_id, ids, epoch=epoch
+        ):
+            raise ConversationBusyError(
+                "the conversation changed hands during the rollback; try again",
+                message_id=context.message_id,
+                session_id=key.session_id,
+            )
 
     async def _grant(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -140,7 +140,7 @@ class Append:
         # Copies: a caller mutating its messages later must not reach the store.
         record.messages.extend(message.model_copy(deep=True) for message in self.messages)
         if not record.title:
-            record.title = _title(record.messages)
+            record.title = title_of(record.messages)
         if self.last_turn_status is not None:
             record.last_turn_status = self.last_turn_status
         self._merge_metadata(record)
@@ -174,6 +174,57 @@ class Append:
             record.bot_params = json.loads(json.dumps(self.bot_params))
         if self.conversation_context is not None:
             record.conversation_context = self.conversation_context.model_copy(deep=True)
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One ``remove_fenced`` call (a rollback), applied to whatever record is stored."""
+
+    requester_uuid: str | None
+    message_ids: frozenset[str]
+    """Only ids that name something: a message without an id is never removed."""
+    last_turn_status: LastTurnStatus | None
+
+    @classmethod
+    def of(
+        cls,
+        requester_uuid: str | None,
+        message_ids: Collection[str],
+        last_turn_status: LastTurnStatus | None,
+    ) -> Removal:
+        """The removal of ``message_ids``; empty ids are dropped (they match no message)."""
+        ids = frozenset(message_id for message_id in message_ids if message_id)
+        return cls(requester_uuid, ids, last_turn_status)
+
+    def removes(self, message: ChatMessage) -> bool:
+        """Whether ``message`` is one of those to remove."""
+        return bool(message.message_id) and message.message_id in self.message_ids
+
+    def apply_fenced(
+        self, current: ConversationRecord | None, now: datetime, epoch: int
+    ) -> tuple[ConversationRecord | None, bool]:
+        """The record to store (None: nothing changes) and whether the removal
+        was accepted. A missing conversation is accepted with nothing to do;
+        someone else's raises ``ConversationNotOwnedError``; one fenced above
+        ``epoch`` is refused. ``current`` is never modified.
+
+        The title is taken again from what is left (the first user message's,
+        as for an append), so rolling back a conversation's first turn does
+        not leave it named after a message it no longer holds.
+        """
+        if current is None:
+            return None, True
+        current.require_owner(self.requester_uuid)
+        if current.fence_epoch > epoch:
+            return None, False
+        record = current.model_copy(deep=True)
+        record.messages = [message for message in record.messages if not self.removes(message)]
+        record.title = title_of(record.messages)
+        if self.last_turn_status is not None:
+            record.last_turn_status = self.last_turn_status
+        record.fence_epoch = max(record.fence_epoch, epoch)
+        record.updated_at = now
+        return record, True
 
 
 def page(records: Iterable[ConversationRecord], limit: int, cursor: str | None) -> ConversationPage:
@@ -237,7 +288,9 @@ def _decode_stale_cursor(cursor: str) -> tuple[datetime, str, str]:
     return position
 
 
-def _title(messages: list[ChatMessage]) -> str:
+def title_of(messages: list[ChatMessage]) -> str:
+    """The conversation's title: its first user message, whitespace collapsed,
+    cut to ``TITLE_LENGTH``; ``""`` when there is none."""
     for message in messages:
         if message.sender is ChatMessageSender.USER:
             text = " ".join(message.content.split())

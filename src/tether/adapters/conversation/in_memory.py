@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +11,7 @@ from tether.adapters.conversation._record import (
     Append,
     Clock,
     ConversationRecord,
+    Removal,
     page,
     stale_page,
     stamp,
@@ -111,6 +113,26 @@ class InMemoryChatConversationStore(ChatConversationStore):
         async with self._lock:
             current = self._records.get((tenant, session_id))
             updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
+            if updated is not None:
+                self._records[(tenant, session_id)] = updated
+            return accepted
+
+    async def remove_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        epoch: int,
+        last_turn_status: LastTurnStatus | None = None,
+    ) -> bool:
+        """Remove the messages with those ids, fenced by ``epoch`` (a rollback),
+        under the store's lock, as ``append_fenced`` is."""
+        removal = Removal.of(requester_uuid, message_ids, last_turn_status)
+        async with self._lock:
+            current = self._records.get((tenant, session_id))
+            updated, accepted = removal.apply_fenced(current, stamp(self._clock), epoch)
             if updated is not None:
                 self._records[(tenant, session_id)] = updated
             return accepted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from tether.adapters.conversation._record import (
     Append,
     Clock,
     ConversationRecord,
+    Removal,
     page,
     stale_page,
     stamp,
@@ -126,6 +128,24 @@ class LocalFileChatConversationStore(ChatConversationStore):
             self._append_fenced, self._files(tenant, session_id), change, epoch
         )
 
+    async def remove_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        epoch: int,
+        last_turn_status: LastTurnStatus | None = None,
+    ) -> bool:
+        """Remove the messages with those ids, fenced by ``epoch`` (a rollback):
+        read, fence check and one atomic replace under the document's lock, as
+        ``append_fenced`` does; durable when it returns."""
+        removal = Removal.of(requester_uuid, message_ids, last_turn_status)
+        return await run_in_thread(
+            self._remove_fenced, self._files(tenant, session_id), removal, epoch
+        )
+
     async def fence(
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
     ) -> None:
@@ -219,6 +239,14 @@ class LocalFileChatConversationStore(ChatConversationStore):
         with exclusive_lock(files.lock):
             current = read_model(files.data, ConversationRecord)
             updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
+            if updated is not None:
+                _write(files, updated)
+            return accepted
+
+    def _remove_fenced(self, files: RowFiles, removal: Removal, epoch: int) -> bool:
+        with exclusive_lock(files.lock):
+            current = read_model(files.data, ConversationRecord)
+            updated, accepted = removal.apply_fenced(current, stamp(self._clock), epoch)
             if updated is not None:
                 _write(files, updated)
             return accepted

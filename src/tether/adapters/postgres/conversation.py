@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +14,15 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from pydantic import ValidationError
 
-from tether.adapters.conversation._record import Append, Clock, ConversationRecord, stamp, utc_now
+from tether.adapters.conversation._record import (
+    Append,
+    Clock,
+    ConversationRecord,
+    Removal,
+    stamp,
+    title_of,
+    utc_now,
+)
 from tether.adapters.postgres import queries
 from tether.adapters.postgres._keys import check_ids, row_key
 from tether.adapters.postgres._store import PostgresStore
@@ -49,11 +58,13 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
     pages with an opaque cursor. ``clock`` stamps ``created_at``/``updated_at``.
 
     Fencing: the conversation row's ``fence_epoch`` is the highest epoch that
-    appended (``append_fenced``) or fenced it. ``append_fenced`` runs as an
-    append does, under the row lock, so its fence check, its check of which
-    messages are there already and its write are one atomic step; ``fence`` is
-    one guarded ``UPDATE``. The fence goes with the conversation when it is
-    deleted.
+    appended (``append_fenced``), removed (``remove_fenced``) or fenced it.
+    ``append_fenced`` runs as an append does, under the row lock, so its fence
+    check, its check of which messages are there already and its write are one
+    atomic step; ``remove_fenced`` likewise checks, deletes and renumbers the
+    messages left (positions stay dense, so appends still go after them) in
+    one transaction holding the row lock; ``fence`` is one guarded
+    ``UPDATE``. The fence goes with the conversation when it is deleted.
     """
 
     def __init__(self, database: PostgresDatabase, clock: Clock = utc_now) -> None:
@@ -215,6 +226,67 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
             raise StoreError(f"conversation {session_id!r} kept changing under an append; retry")
 
         return await self._database.run(append, transaction=True)
+
+    async def remove_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        epoch: int,
+        last_turn_status: LastTurnStatus | None = None,
+    ) -> bool:
+        """Remove the messages with those ids, fenced by ``epoch`` (a rollback),
+        in one transaction holding the conversation's row lock.
+
+        Returns False, having changed nothing, when the conversation's fence is
+        above ``epoch``. Otherwise raises the fence to ``epoch``, removes the
+        messages, moves the later ones down so positions stay dense, takes the
+        title again from what is left, sets ``last_turn_status`` when given, and
+        returns True; a missing conversation returns True. Durable when it
+        returns.
+        """
+        removal = Removal.of(requester_uuid, message_ids, last_turn_status)
+        key = _conversation_key(tenant, requester_uuid, session_id)
+        ids = sorted(removal.message_ids)
+        check_ids(*ids)
+        now = stamp(self._clock)
+
+        async def remove(cursor: AsyncCursor[DictRow]) -> bool:
+            await cursor.execute(queries.LOCK_CONVERSATION, {"key": key})
+            row = await cursor.fetchone()
+            # The record read here holds no messages: only its owner, fence and
+            # status matter to ``apply_fenced``; the messages are removed in SQL.
+            updated, accepted = removal.apply_fenced(
+                None if row is None else _record(row), now, epoch
+            )
+            if row is None or updated is None:
+                return accepted
+            removed: list[int] = []
+            if ids:
+                await cursor.execute(queries.REMOVE_MESSAGES, {"key": key, "message_ids": ids})
+                removed = [found["position"] for found in await cursor.fetchall()]
+            new_title = row["title"]
+            if removed:
+                params = {"key": key, "removed": removed, "lowest": min(removed)}
+                await cursor.execute(queries.CLOSE_GAPS_AWAY, params)
+                await cursor.execute(queries.CLOSE_GAPS_BACK, {"key": key})
+                new_title = await _first_user_title(cursor, key)
+            await cursor.execute(
+                queries.UPDATE_CONVERSATION_AFTER_REMOVAL,
+                {
+                    "key": key,
+                    "last_turn_status": updated.last_turn_status,
+                    "title": new_title,
+                    "message_count": row["message_count"] - len(removed),
+                    "fence_epoch": updated.fence_epoch,
+                    "updated_at": updated.updated_at,
+                },
+            )
+            return True
+
+        return await self._database.run(remove, transaction=True)
 
     async def fence(
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
@@ -379,6 +451,24 @@ def _record(row: DictRow) -> ConversationRecord:
             f"tether_conversations row of {(row.get('tenant'), row.get('session_id'))!r} "
             f"is not a valid conversation ({error}); left as is"
         ) from error
+
+
+async def _first_user_title(cursor: AsyncCursor[DictRow], key: bytes) -> str | None:
+    # NULL when no user message is left, so the next one names the conversation
+    # (as in ``_write_params``).
+    await cursor.execute(
+        queries.FIRST_USER_MESSAGE, {"key": key, "sender": ChatMessageSender.USER.value}
+    )
+    found = await cursor.fetchone()
+    if found is None:
+        return None
+    try:
+        first = ChatMessage.model_validate(found["message"])
+    except ValidationError as error:
+        raise StoreCorruptedError(
+            f"tether_conversation_messages hold an invalid message ({error}); left as is"
+        ) from error
+    return title_of([first])
 
 
 def _summary(record: ConversationRecord, row: DictRow) -> ConversationSummary:

@@ -479,6 +479,54 @@ SELECT %(key)s, %(first_position)s::integer + appended.ordinality::integer - 1,
 FROM unnest(%(messages)s::jsonb[]) WITH ORDINALITY AS appended (message, ordinality)
 """
 
+# A rollback (``remove_fenced``), run under the row lock of ``LOCK_CONVERSATION``.
+# Positions stay dense (0 .. message_count - 1), so an append after it still
+# starts at ``message_count``: the messages after a removed one move down.
+
+REMOVE_MESSAGES: Final = """
+DELETE FROM tether_conversation_messages
+WHERE conversation_key = %(key)s AND message ->> 'message_id' = ANY(%(message_ids)s::text[])
+RETURNING position
+"""
+"""Remove the messages with those ids; returns the positions they held."""
+
+CLOSE_GAPS_AWAY: Final = """
+UPDATE tether_conversation_messages AS kept
+SET position = -1 - (kept.position - (
+    SELECT count(*) FROM unnest(%(removed)s::integer[]) AS gone (position)
+    WHERE gone.position < kept.position
+)::integer)
+WHERE kept.conversation_key = %(key)s AND kept.position > %(lowest)s
+"""
+"""First half of closing the gaps: each message after the lowest removed
+position goes to its new position, stored negated (``-1 - new``). The primary
+key is checked row by row, so moving straight down could meet a row not moved
+yet; no message sits at a negative position, so this never does."""
+
+CLOSE_GAPS_BACK: Final = """
+UPDATE tether_conversation_messages
+SET position = -1 - position
+WHERE conversation_key = %(key)s AND position < 0
+"""
+"""Second half: the moved messages take their new positions, all distinct."""
+
+FIRST_USER_MESSAGE: Final = """
+SELECT message
+FROM tether_conversation_messages
+WHERE conversation_key = %(key)s AND message ->> 'sender' = %(sender)s
+ORDER BY position
+LIMIT 1
+"""
+"""What the title is taken from again after messages were removed."""
+
+UPDATE_CONVERSATION_AFTER_REMOVAL: Final = """
+UPDATE tether_conversations
+SET last_turn_status = %(last_turn_status)s, title = %(title)s,
+    message_count = %(message_count)s, fence_epoch = %(fence_epoch)s,
+    updated_at = %(updated_at)s
+WHERE key = %(key)s
+"""
+
 SET_LAST_TURN_STATUS: Final = """
 UPDATE tether_conversations
 SET last_turn_status = %(last_turn_status)s, updated_at = %(updated_at)s

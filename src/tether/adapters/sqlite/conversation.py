@@ -6,6 +6,7 @@ import base64
 import binascii
 import json
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from tether.adapters.conversation._record import (
     Append,
     Clock,
     ConversationRecord,
+    Removal,
     stamp,
     utc_now,
 )
@@ -44,8 +46,9 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
     transaction (from the database's thread), so stamps follow commit order.
 
     The fence of a conversation is part of its record (``fence_epoch``), so
-    ``append_fenced`` checks it and appends in that same transaction, and it
-    goes with the conversation when the conversation is deleted.
+    ``append_fenced`` and ``remove_fenced`` check it and write in that same
+    transaction, and it goes with the conversation when the conversation is
+    deleted.
     """
 
     def __init__(self, database: SQLiteDatabase, clock: Clock = utc_now) -> None:
@@ -134,6 +137,32 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
             return accepted
 
         return await self._database.write(Lane.DURABLE, append)
+
+    async def remove_fenced(
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str,
+        message_ids: Sequence[str],
+        *,
+        epoch: int,
+        last_turn_status: LastTurnStatus | None = None,
+    ) -> bool:
+        """Remove the messages with those ids, fenced by ``epoch`` (a rollback):
+        False, changing nothing, when the fence is above ``epoch``; else raise the
+        fence, remove them, set the status, and return True (also when the
+        conversation is missing). The check and the write are one transaction,
+        as for ``append_fenced``, durable when it returns."""
+        removal = Removal.of(requester_uuid, message_ids, last_turn_status)
+
+        def remove(connection: sqlite3.Connection) -> bool:
+            current = _read(connection, tenant, session_id)
+            updated, accepted = removal.apply_fenced(current, stamp(self._clock), epoch)
+            if updated is not None:
+                _write(connection, updated)
+            return accepted
+
+        return await self._database.write(Lane.DURABLE, remove)
 
     async def fence(
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int

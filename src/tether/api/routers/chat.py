@@ -42,6 +42,7 @@ def _chat_request(tenant: str, form: ChatResponseForm, request: Request) -> Chat
         bot_params=form.bot_params,
         stateful=form.stateful,
         session_id=form.session_id,
+        multitask_strategy=form.multitask_strategy,
     )
 
 

@@ -16,6 +16,7 @@ pytest.register_assert_rewrite(
     "tether.testing.contracts.clock",
     "tether.testing.contracts.conversation",
     "tether.testing.contracts.conversation_full",
+    "tether.testing.contracts.conversation_removal",
     "tether.testing.contracts.cross_process",
     "tether.testing.contracts.fencing",
     "tether.testing.contracts.lookups",
@@ -30,6 +31,9 @@ from tether.testing.contracts.clock import ChatStreamSupervisionClockContract  #
 from tether.testing.contracts.conversation import ChatConversationStoreContract  # noqa: E402
 from tether.testing.contracts.conversation_full import (  # noqa: E402
     ChatConversationStoreFullContract,
+)
+from tether.testing.contracts.conversation_removal import (  # noqa: E402
+    ChatConversationRemovalContract,
 )
 from tether.testing.contracts.cross_process import (  # noqa: E402
     ChatStreamRecordingCrossProcessContract,
@@ -55,6 +59,7 @@ __all__ = [
     "ChatAgentStateFenceContract",
     "ChatAgentStateStoreContract",
     "ChatConversationFenceContract",
+    "ChatConversationRemovalContract",
     "ChatConversationRetentionContract",
     "ChatConversationStoreContract",
     "ChatConversationStoreFullContract",
