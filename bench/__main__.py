@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from typing import Any
@@ -59,12 +60,13 @@ async def _follower_lag(backends: list[str], flushes: int) -> dict[str, Any]:
 
 
 async def _concurrent(
-    backends: list[str], turns: int, chunk_size: int, watched: bool
+    backends: list[str], turns: int, chunk_size: int, watched: bool, busy_core: bool = False
 ) -> dict[str, Any]:
-    results = {
-        b: await concurrent_turns.measure(b, turns, chunk_size=chunk_size, watched=watched)
-        for b in backends
-    }
+    with concurrent_turns.busy_core() if busy_core else contextlib.nullcontext():
+        results = {
+            b: await concurrent_turns.measure(b, turns, chunk_size=chunk_size, watched=watched)
+            for b in backends
+        }
     rows = [
         [
             backend,
@@ -90,7 +92,8 @@ async def _concurrent(
     print(
         f"\n### {turns} concurrent streamed turns on one replica "
         f"({chunk_size} word{'s' if chunk_size > 1 else ''} per delta"
-        f"{', every turn watched' if watched else ''})\n"
+        f"{', every turn watched' if watched else ''}"
+        f"{', another process keeping a core busy' if busy_core else ''})\n"
     )
     print(
         table(
@@ -216,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="concurrent: every turn publishes its deltas, as if followed on another replica",
     )
+    parser.add_argument(
+        "--busy-core",
+        action="store_true",
+        help="concurrent: another process spins on one core for the whole run (outside load)",
+    )
     parser.add_argument("--json", help="write the raw figures to this file")
     args = parser.parse_args(argv)
 
@@ -241,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 turns("concurrent"),
                 chunk_size("concurrent"),
                 args.watched,
+                args.busy_core,
             )
         )
     if args.which in ("cross-replica", "all"):

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,18 @@ def _registries(
         chat_agent_class_registry=from_string(str(example_project_dir() / "agents")),
         agent_dependency_registry=AgentDependencyRegistry,
     )
+
+
+@contextlib.contextmanager
+def busy_core() -> Iterator[None]:
+    """Another process spinning on one core while the block runs: the outside
+    CPU load under which no live producer may be read as dead."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def turn_stores(bundle: Any) -> TurnStores:
@@ -160,11 +174,12 @@ def _instrument_gaps(handler: ChatHandler) -> list[float]:
         return gaps
     original = batcher.beat
 
-    async def beat() -> None:
+    async def beat(*args: Any) -> None:
         # A row's heartbeat is as old as the last renewal that has *landed*: measure
         # from the previous renewal to the moment this batch's writes are done.
-        before = {key: held.lease.renewed_at for key, held in batcher._held.items()}
-        await original()
+        with batcher._guard:
+            before = {key: held.lease.renewed_at for key, held in batcher._held.items()}
+        await original(*args)
         landed = handler.clock()
         gaps.extend((landed - renewed).total_seconds() for renewed in before.values())
 

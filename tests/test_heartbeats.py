@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
 from tether.domain.chat_stream_supervision_store import (
@@ -11,8 +15,10 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     SupervisionSwap,
 )
+from tether.runtime.clock import utc_now
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import ConversationKey, claim
+from tether.stores import from_url
 
 
 class CountingStore(InMemoryChatStreamSupervisionStore):
@@ -92,4 +98,71 @@ async def test_an_outage_keeps_leases_until_they_could_be_dead() -> None:
     clock.now += timedelta(seconds=2)  # 4 s unrenewed: another replica may own it now
     await batcher.beat()
     assert lost == [True] and lease.lost
+    await batcher.aclose()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
+def networked_store_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+async def test_leases_are_renewed_while_the_serving_loop_is_blocked(
+    networked_store_url: str,
+) -> None:
+    """On PostgreSQL and Redis the batches run on a thread of their own, with
+    their own connection: a serving loop that cannot run anything for longer
+    than the dead threshold (here it is blocked outright) does not let a live
+    lease read dead."""
+    bundle = from_url(networked_store_url)
+    store = bundle.chat_stream_supervision_store
+    assert store is not None and hasattr(store, "open") and hasattr(store, "aclose")
+    await store.open()
+    try:
+        key = ConversationKey("t", "u", "s1")
+        lease = await claim(store, key, "m1", utc_now, timedelta(seconds=3))
+        lost = asyncio.Event()
+        batcher = HeartbeatBatcher(
+            store, interval=0.2, dead_after=timedelta(seconds=3), clock=utc_now
+        )
+        batcher.add(lease, lost.set)
+        assert batcher.on_own_thread
+        claimed = lease.renewed_at
+        time.sleep(3.5)  # noqa: ASYNC251 - the point: the serving loop runs nothing
+        row = await store.read("t", "u", "s1")
+        assert row is not None and row.heartbeat_at > claimed + timedelta(seconds=3)
+        assert not row.is_dead(utc_now(), timedelta(seconds=3))
+        assert lease.renewed_at > claimed + timedelta(seconds=3) and not lost.is_set()
+        # A refused renewal still reaches the turn, on the serving loop.
+        await store.compare_and_swap(
+            "t",
+            "u",
+            "s1",
+            lease.epoch,
+            ChatStreamSupervision(
+                status=ChatStreamStatus.CANCELLED,
+                heartbeat_at=utc_now(),
+                message_id="m1",
+                epoch=lease.epoch + 1,
+            ),
+        )
+        async with asyncio.timeout(5):
+            await lost.wait()
+        assert lease.lost
+        await batcher.aclose()
+    finally:
+        await store.aclose()
+
+
+async def test_the_in_memory_store_keeps_its_batches_on_the_serving_loop() -> None:
+    store, clock = CountingStore(), Clock()
+    batcher = HeartbeatBatcher(store, interval=1.0, dead_after=timedelta(seconds=3), clock=clock)
+    [lease] = await _leases(store, clock, 1)
+    batcher.add(lease, lambda: None)
+    assert not batcher.on_own_thread
     await batcher.aclose()

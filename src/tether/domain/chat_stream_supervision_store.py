@@ -174,6 +174,19 @@ class ChatStreamSupervisionStore(ABC):
         """
         raise NotImplementedError
 
+    def for_another_loop(self) -> ChatStreamSupervisionStore:
+        """A store of the same backend and place with connections of its own,
+        not yet opened, for another thread's event loop: the replica renews
+        its leases from a thread of their own (``tether.runtime.heartbeats``)
+        so that a serving loop flooded with work cannot delay them past the
+        dead threshold. The caller opens (``open()``, where the store has one)
+        and closes (``aclose()``) it on that loop.
+
+        Optional: ``NotImplementedError`` (the default) keeps the renewals on
+        the serving loop.
+        """
+        raise NotImplementedError
+
     async def server_time(self) -> datetime:
         """The store's own clock, now, as an aware UTC datetime.
 

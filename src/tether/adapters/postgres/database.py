@@ -80,6 +80,7 @@ class PostgresDatabase:
         # Set when this object owns its pools: a closed pool cannot reopen, so
         # closing swaps in a fresh one and the database can be opened again.
         self._pool_factory: Callable[[], AsyncConnectionPool[Any]] | None = None
+        self._url: str | None = None  # set by ``from_url``: what ``with_one_connection`` needs
         self._create_schema = create_schema
         self._timeout = timeout
         self.display_url = redact(pool.conninfo) if isinstance(pool.conninfo, str) else "<pool>"
@@ -120,6 +121,29 @@ class PostgresDatabase:
         database = cls(build_pool(), create_schema=options.create_schema, timeout=options.timeout)
         database._pool_factory = build_pool
         database.display_url = redact(libpq_url)
+        database._url = url
+        return database
+
+    def with_one_connection(self) -> PostgresDatabase:
+        """The same database through a pool of one connection of its own, not
+        opened yet, for another event loop (psycopg binds a pool to the loop
+        that opens it); it checks the schema rather than creating it. Only a
+        database built ``from_url`` knows how to connect again."""
+        if self._url is None:
+            raise NotImplementedError("a database built on a given pool cannot be copied")
+        libpq_url, options = split_store_url(self._url)
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            with_libpq_defaults(libpq_url),
+            kwargs={"autocommit": True},
+            min_size=1,
+            max_size=1,
+            timeout=options.timeout,
+            check=AsyncConnectionPool.check_connection,
+            name="tether-leases",
+            open=False,
+        )
+        database = type(self)(pool, create_schema=False, timeout=options.timeout)
+        database.display_url = self.display_url
         return database
 
     @property

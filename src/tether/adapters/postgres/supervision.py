@@ -61,6 +61,10 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
     RUNNING swap at the same epoch) skip the fsync wait; see ``PostgresDatabase``.
     """
 
+    def for_another_loop(self) -> PostgresChatStreamSupervisionStore:
+        """This store on a database of one connection of its own (see the base class)."""
+        return type(self)(self._database.with_one_connection())
+
     async def compare_and_swap(
         self,
         tenant: str,

@@ -87,6 +87,7 @@ class RedisConnection:
         self._opened = False
         self._closed = False
         self._abandoned: set[asyncio.Future[Any]] = set()
+        self._url: str | None = None  # set by ``from_url``: what ``for_another_loop`` needs
 
     @classmethod
     def from_url(cls, url: str) -> Self:
@@ -107,7 +108,7 @@ class RedisConnection:
             client = redis.asyncio.Redis.from_pool(pool)
         except ValueError as error:
             raise StoreURLError(f"store URL {parsed.name}: {error}") from error
-        return cls(
+        connection = cls(
             client,
             prefix=parsed.prefix,
             stream_ttl=parsed.stream_ttl,
@@ -115,6 +116,16 @@ class RedisConnection:
             name=parsed.name,
             owns_client=True,
         )
+        connection._url = url
+        return connection
+
+    def for_another_loop(self) -> Self:
+        """The same server and prefix through a client of its own, not connected
+        yet, for another event loop (redis-py binds its connections to the loop
+        that makes them). Only a connection built ``from_url`` can be copied."""
+        if self._url is None:
+            raise NotImplementedError("a connection over a given client cannot be copied")
+        return type(self).from_url(self._url)
 
     @property
     def client(self) -> redis.asyncio.Redis:

@@ -60,6 +60,10 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     are removed when a listing meets them.
     """
 
+    def for_another_loop(self) -> RedisChatStreamSupervisionStore:
+        """This store over a client of its own (see the base class)."""
+        return type(self)(self._connection.for_another_loop())
+
     async def compare_and_swap(
         self,
         tenant: str,
