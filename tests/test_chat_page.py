@@ -92,6 +92,20 @@ def context(browser: Any, user: str) -> Iterator[Any]:
     profile.close()
 
 
+# Records every answer bubble whose text went from something to nothing.
+BLANK_WATCH = """
+window.blanked = [];
+const shown = new WeakMap();
+new MutationObserver(() => {
+  for (const node of document.querySelectorAll("li.message.bot .text")) {
+    const text = node.textContent;
+    if (shown.get(node) && !text) window.blanked.push(node.closest("li").dataset.messageId);
+    shown.set(node, text);
+  }
+}).observe(document, { subtree: true, childList: true, characterData: true });
+"""
+
+
 @dataclass
 class ChatPage:
     """One tab of the chat page, and what a test reads off it."""
@@ -362,12 +376,17 @@ def test_stop_on_the_other_replica_cancels_the_answer(
     assert other.text() == stopped == producer.text()
     assert len(stopped) >= 200
     assert "Stopped" in other.page.inner_text("li.message.bot")
+    # Any moment the kept answer shows blank after the reload is a defect,
+    # however briefly (it once did, until the transcript was read again).
+    other.page.add_init_script(BLANK_WATCH)
     other.page.reload()
     other.page.wait_for_selector(f"#conversations li a[href='#/c/{session}']")
     wait_for(lambda: "stopped" in other.page.inner_text("#conversations"), 5, "the list")
     assert f"{AGENT} · stopped" in other.page.inner_text("#conversations")
     # The list and the transcript load separately after a reload.
     wait_for(lambda: other.text() != "", 5, "the transcript after the reload")
+    wait_for(lambda: other.state() == "cancelled", 10, "the follower to read the end")
+    assert other.page.evaluate("() => window.blanked") == []
     assert other.text() == stopped
     other.shot("stopped")
     transcript = _conversation(replicas.two.url, user, session)

@@ -245,9 +245,12 @@ function hooks(open) {
       if (!shown && !list.querySelector(`li[data-message-id="${CSS.escape(`${messageId}-user`)}"]`)) {
         await loadTranscript().catch(() => {});
       }
-      page.bubble = bubbleFor(list, seen?.message ?? { sender: "bot", message_id: messageId }, {
-        agent: open.agent,
-      });
+      // A bubble the stored transcript already shows keeps its text (a turn
+      // that ended before this tab looked has nothing newer to show): only
+      // what this tab itself showed last may replace it.
+      const stored = list.querySelector(`li[data-message-id="${CSS.escape(messageId)}"]`);
+      page.bubble =
+        stored ?? bubbleFor(list, { sender: "bot", message_id: messageId }, { agent: open.agent });
       if (seen) fill(page.bubble, seen.message);
     },
     message(message) {
