@@ -3,11 +3,17 @@ new message sent through the other interrupts it, or rolls it back."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import signal
 import uuid
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
 
+from tests.support.metrics import scrape
 from tests.support.project import make_project
 from tether.crashtest.client import TENANT, TetherAPI
 from tether.crashtest.cluster import Cluster
@@ -78,3 +84,107 @@ async def test_an_unknown_strategy_is_a_clear_422(tmp_path: Path) -> None:
         )
         assert response.status_code == 422
         assert "multitask_strategy" in response.text
+
+
+def _turn_body(prompt: str, session: str, strategy: str) -> dict[str, object]:
+    return {
+        "agent_identifier": "plain",
+        "stateful": True,
+        "session_id": session,
+        "conversation": [{"sender": "user", "content": prompt}],
+        "multitask_strategy": strategy,
+    }
+
+
+async def _enqueue(http: httpx2.AsyncClient, url: str, prompt: str, session: str) -> dict[str, Any]:
+    """Send ``prompt`` with ``enqueue`` and read the answer's head: 202, the
+    queued turn's id in the header and in a first ``queued`` event."""
+    body = _turn_body(prompt, session, "enqueue")
+    async with http.stream(
+        "POST", f"{url}/chat/stream", params={"tenant": TENANT}, json=body, timeout=30
+    ) as response:
+        assert response.status_code == 202, await response.aread()
+        lines: list[str] = []
+        async for line in response.aiter_lines():
+            if not line:
+                break
+            lines.append(line)
+    assert lines[0] == "event: queued", lines
+    queued = json.loads(lines[1].removeprefix("data: "))
+    assert queued["message_id"] == response.headers["x-tether-message-id"]
+    return dict(queued)
+
+
+async def _status(http: httpx2.AsyncClient, url: str, session: str) -> dict[str, Any]:
+    response = await http.get(
+        f"{url}/chat/stream/status",
+        params={"tenant": TENANT, "session_id": session},
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def test_enqueued_messages_from_two_replicas_run_in_order_through_a_killed_producer(
+    tmp_path: Path,
+) -> None:
+    """Three messages enqueued through two replicas while a turn runs: they run
+    one at a time in arrival order; the replica producing the first of them is
+    SIGKILLed mid-answer and the queue still drains (automatic takeover)."""
+    project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=120)
+    cluster = Cluster(project, f"sqlite:///{tmp_path}/tether.db", size=3, workdir=tmp_path)
+    async with cluster, TetherAPI.client() as http:
+        api = TetherAPI(http, "plain")
+        a, b, c = cluster.replicas
+        session = f"s-{uuid.uuid4().hex[:10]}"
+        first = api.start_turn(a.url, a.name, "Tell me about rivers.", session)
+        assert await first.wait_for(lambda r: len(r.messages) >= 5, 30)
+        tickets = [
+            await _enqueue(http, replica.url, prompt, session)
+            for replica, prompt in ((b, "Two?"), (c, "Three?"), (b, "Four?"))
+        ]
+        assert [t["position"] for t in tickets] == [1, 2, 3]
+        ids = [str(t["message_id"]) for t in tickets]
+        status = await _status(http, c.url, session)
+        assert status["message_id"] == first.message_id
+        assert [q["message_id"] for q in status["queue"]] == ids
+        assert [q["content"] for q in status["queue"]] == ["Two?", "Three?", "Four?"]
+
+        # Readers of the first queued turn on every replica: it streams once it starts.
+        readers = [api.attach(r.url, r.name, ids[0], session) for r in cluster.replicas]
+        assert await readers[0].wait_for(lambda r: len(r.messages) >= 10, 60)
+        producers = [r for r in cluster.replicas if scrape(r.url).value("tether_turns_in_flight")]
+        assert len(producers) == 1, "one turn at a time"
+        producers[0].send(signal.SIGKILL)
+        survivors = [r for r in cluster.replicas if r is not producers[0]]
+
+        async with asyncio.timeout(60):
+            while True:
+                status = await _status(http, survivors[0].url, session)
+                if status["message_id"] == ids[-1] and status["status"] == "done":
+                    break
+                await asyncio.sleep(0.2)  # polling the outcome, not ordering anything
+        assert status["queue"] == []
+        transcript = await api.transcript(survivors[0].url, session)
+        assert transcript is not None
+        assert [(m["sender"], m["content"]) for m in transcript if m["sender"] == "user"] == [
+            ("user", "Tell me about rivers."),
+            ("user", "Two?"),
+            ("user", "Three?"),
+            ("user", "Four?"),
+        ]
+        assert [m["sender"] for m in transcript] == ["user", "bot"] * 4
+        assert [m["message_id"] for m in transcript if m["sender"] == "bot"] == [
+            first.message_id,
+            *ids,
+        ]
+        assert all(m.get("queued") is None and m["content"] for m in transcript)
+        # A reader on a surviving replica read the killed turn to its end.
+        alive = [
+            reader
+            for reader, replica in zip(readers, cluster.replicas, strict=True)
+            if replica is not producers[0]
+        ]
+        for reader in alive:
+            assert await reader.ended(30)
+            last = reader.messages[-1].message
+            assert last is not None and last["content"] == transcript[3]["content"]

@@ -27,6 +27,7 @@ class ChatResponseForm(BaseModel):
     multitask_strategy: MultitaskStrategy = Field(
         default="reject",
         description="When another turn occupies the conversation: reject (409), "
+        "enqueue (run after it, in arrival order; 202 with the queued turn's id), "
         "interrupt it, or roll it back (interrupt, and remove it from the transcript)",
     )
 
@@ -56,9 +57,20 @@ class ErrorBody(BaseModel):
     message_id: str | None = None
 
 
+class QueuedTurnBody(BaseModel):
+    message_id: str
+    enqueued_at: str
+    content: str = ""
+
+
 class StreamStatusBody(BaseModel):
     session_id: str
     message_id: str
     status: str = Field(description="running, done, errored, cancelled or dead")
     epoch: int
     heartbeat_at: str | None = None
+    queue: list[QueuedTurnBody] = Field(
+        default_factory=list,
+        description="the turns waiting after this one (multitask_strategy=enqueue), "
+        "in the order they will run",
+    )

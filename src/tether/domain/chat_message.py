@@ -7,6 +7,7 @@ recording keep only the newest message and lets a client join mid-turn.
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -66,6 +67,21 @@ class FunctionCallResponse(BaseModel):
     response: Any = None
 
 
+class QueuedTurn(BaseModel):
+    """The mark of a user message waiting in its conversation's queue
+    (``multitask_strategy="enqueue"``): the turn it will start, in arrival
+    order, when the turns before it have ended, with what that turn needs to
+    run on any replica. The message leaves the queue (and this mark the
+    transcript) when its turn starts or is cancelled."""
+
+    message_id: str
+    agent_identifier: str
+    enqueued_at: datetime
+    bot_params: dict[str, Any] | None = None
+    user_roles: list[str] | None = None
+    user_tenants: list[str] | None = None
+
+
 class ChatMessage(BaseModel):
     """A user or bot message in a conversation."""
 
@@ -79,6 +95,11 @@ class ChatMessage(BaseModel):
     function_call_request: FunctionCallRequest | None = None
     function_call_response: FunctionCallResponse | None = None
     custom_input: dict[str, Any] | None = None
+    queued: QueuedTurn | None = Field(
+        default=None,
+        description="set while the message waits for the turns before it "
+        "(multitask_strategy=enqueue); the server sets it, never a client",
+    )
 
 
 class ConversationContext(BaseModel):

@@ -24,13 +24,15 @@ class RequestHeaders(BaseModel):
     authorization: str | None = Field(default=None, alias="Authorization", repr=False)
 
 
-MultitaskStrategy = Literal["reject", "interrupt", "rollback"]
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
 """What a new turn does to a conversation another turn still occupies (the
 name LangGraph's users know): ``reject`` it with a 409 naming the occupant
-(the seed's behaviour, the default); ``interrupt`` the occupant (cancelled,
-its partial answer kept, as a cancel does) and start at once; ``rollback``,
-as interrupt, and the interrupted turn's user message and partial answer
-leave the transcript."""
+(the seed's behaviour, the default); ``enqueue`` it (its user message is
+recorded at once, marked queued, and its turn runs when the turns before it
+have ended, in arrival order, on whichever replica); ``interrupt`` the
+occupant (cancelled, its partial answer kept, as a cancel does) and start at
+once; ``rollback``, as interrupt, and the interrupted turn's user message and
+partial answer leave the transcript."""
 
 
 class ChatRequest(BaseModel):

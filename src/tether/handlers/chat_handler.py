@@ -13,9 +13,10 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
@@ -48,6 +49,7 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
+from tether.handlers.queue import TurnQueue, Waiting
 from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.metrics import TetherMetrics, backend_name
@@ -93,6 +95,8 @@ class TurnStatus:
     status: str  # running | done | errored | cancelled | dead
     epoch: int
     heartbeat_at: datetime | None
+    queue: list[Waiting] = field(default_factory=list)
+    """The turns waiting after this one, in the order they will run."""
 
 
 _VERDICTS = {
@@ -119,7 +123,7 @@ class ChatHandler:
         self.dead_after = timedelta(seconds=settings.dead_after)
         self.draining = False
         self._turns: dict[str, Turn] = {}
-        self._background: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[object]] = set()
         self.metrics = TetherMetrics()
         self.heartbeats = (
             HeartbeatBatcher(
@@ -143,6 +147,7 @@ class ChatHandler:
             if stores.recording is not None
             else None
         )
+        self.queue = TurnQueue(self)
         self.takeovers = AutomaticTakeover(
             self,
             interval=settings.takeover_scan_interval,
@@ -163,13 +168,15 @@ class ChatHandler:
         *,
         resume_message_id: str | None = None,
         automatic: bool = False,
+        dequeue: str | None = None,
     ) -> Turn:
-        """Claim and start a turn: a new one, or the resume of a dead one
+        """Claim and start a turn: a new one, the resume of a dead one
         (``resume_message_id``; ``automatic`` when this replica's takeover
-        loop resumes it with no client)."""
+        loop resumes it with no client), or the queued turn ``dequeue``
+        (``handlers.queue``: its id is the one its client was given)."""
         if self.draining:
             raise DrainingError("this replica is shutting down; retry on another")
-        setup = await self._checked_setup(request)
+        setup = await self.check_setup(request)
         resuming = resume_message_id is not None
         if request.stateful:
             if not request.session_id:
@@ -190,7 +197,7 @@ class ChatHandler:
         ):
             raise TurnRequestError("the conversation must end with the user's new message")
 
-        message_id = resume_message_id or uuid.uuid4().hex
+        message_id = resume_message_id or dequeue or uuid.uuid4().hex
         requester = normalize_owner(request.request_headers.requester_uuid)
         context = TurnContext(
             tenant=request.tenant,
@@ -203,7 +210,7 @@ class ChatHandler:
         )
         if request.stateful:
             await self._check_writer(request.tenant, requester, request.session_id or "")
-        displacing = not resuming and request.multitask_strategy != "reject"
+        displacing = not resuming and request.multitask_strategy in ("interrupt", "rollback")
         interrupted: str | None = None
         if not request.stateful:
             lease = None
@@ -211,7 +218,10 @@ class ChatHandler:
             lease, interrupted = await self._displace(context, request.multitask_strategy)
         else:
             lease = await self._claim(context, automatic=automatic)
+        key = self._key(context.tenant, requester, context.session_id or "")
         try:
+            if dequeue is not None:
+                await self.queue.check_still_waiting(key, dequeue)
             if interrupted is not None and request.multitask_strategy == "rollback":
                 assert lease is not None
                 await self._roll_back(context, interrupted, lease.epoch)
@@ -239,6 +249,8 @@ class ChatHandler:
                     await turn.record_user_message()
                 except ConversationNotOwnedError as error:
                     raise NotOwnerError("only the owner can add to this conversation") from error
+                if dequeue is not None and lease is not None:
+                    await self.queue.remove(key, dequeue, lease.epoch)
                 await turn.mark()
         except BaseException:
             if lease is not None:
@@ -253,7 +265,9 @@ class ChatHandler:
         task.add_done_callback(lambda _: self._after_turn(turn))
         return turn
 
-    async def _checked_setup(self, request: ChatRequest) -> AgentSetup:
+    async def check_setup(self, request: ChatRequest) -> AgentSetup:
+        """The request's agent setup; 404 for an unknown agent, 400 for bot
+        params it refuses."""
         setup = await self.registries.get_setup(request.agent_identifier)
         if setup is None:
             raise UnknownAgentError(f"no agent is set up as {request.agent_identifier!r}")
@@ -265,6 +279,19 @@ class ChatHandler:
 
     def _key(self, tenant: str, requester_uuid: str | None, session_id: str) -> ConversationKey:
         return ConversationKey(tenant, normalize_owner(requester_uuid), session_id)
+
+    def conversation_key(self, request: ChatRequest) -> ConversationKey:
+        """The key of the conversation a stateful request writes to."""
+        return self._key(
+            request.tenant, request.request_headers.requester_uuid, request.session_id or ""
+        )
+
+    async def check_writer(self, key: ConversationKey) -> None:
+        await self._check_writer(key.tenant, key.requester_uuid, key.session_id)
+
+    async def grant(self, key: ConversationKey, message_id: str) -> Lease:
+        """Claim the conversation's next epoch for a new turn ``message_id``."""
+        return await self._grant(key, message_id, takeover_of=None)
 
     async def _reader_key(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -346,7 +373,7 @@ class ChatHandler:
                 occupant = busy.message_id
             try:
                 await self.cancel(
-                    context.tenant, context.requester_uuid, context.session_id, occupant
+                    context.tenant, context.requester_uuid, context.session_id, occupant, kick=False
                 )
                 interrupted = occupant
             except (TurnEndedError, TurnNotFoundError, ConversationBusyError):
@@ -443,12 +470,25 @@ class ChatHandler:
     # ---------------------------------------------------- after and cleanup
 
     def _after_turn(self, turn: Turn) -> None:
-        self.metrics.turn_ended(
-            turn.buffer.end, lease_lost=turn.lease is not None and turn.lease.lost
-        )
-        task = asyncio.get_running_loop().create_task(self._clean_up_later(turn))
+        lost = turn.lease is not None and turn.lease.lost
+        self.metrics.turn_ended(turn.buffer.end, lease_lost=lost)
+        self._in_background(self._clean_up_later(turn))
+        end = turn.buffer.end
+        if turn.lease is not None and not lost and end is not None and end.reason != "dead":
+            # The conversation is free: its next queued turn starts now. (A
+            # turn this replica lost or handed off is ended by another hand,
+            # which kicks the queue itself.)
+            self._in_background(self.queue.kick(turn.key))
+
+    def _in_background(self, work: Coroutine[Any, Any, object]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[object]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.warning("background work failed", exc_info=task.exception())
 
     async def _clean_up_later(self, turn: Turn) -> None:
         """Keep a finished turn attachable for the grace period, then remove its
@@ -517,6 +557,13 @@ class ChatHandler:
             return self.metrics.lagged(local.buffer.follow(start_index)), True
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
+            if message_id in {w.message_id for w in await self.queue.waiting(key)}:
+                # Queued: stream it once it starts, wherever it does.
+                async def later(start: int) -> AsyncIterator[StreamEvent | StreamEnd]:
+                    events, _ = await self.attach(tenant, requester, session_id, message_id, start)
+                    return events
+
+                return self.queue.follow_when_started(key, message_id, later, start_index), False
             raise TurnEndedError(f"turn {message_id} is finished and cleaned up, or never existed")
         follower = RecordingFollower(
             recording,
@@ -541,8 +588,17 @@ class ChatHandler:
         if store is not None:
             key = await self._reader_key(tenant, requester_uuid, session_id)
             row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+            waiting = await self.queue.waiting(key)
+            if waiting and (row is None or row.status is not ChatStreamStatus.RUNNING):
+                # Idle with turns waiting (their kicker died at the wrong
+                # moment): start the next one now, and say so.
+                if await self.queue.kick(key) is not None or row is None:
+                    row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+                    waiting = await self.queue.waiting(key)
             if row is not None:
-                return TurnStatus(row.message_id, self._verdict(row), row.epoch, row.heartbeat_at)
+                return TurnStatus(
+                    row.message_id, self._verdict(row), row.epoch, row.heartbeat_at, waiting
+                )
         # Without a supervision store only this replica's own turns can be known.
         for turn in reversed(list(self._turns.values())):
             ctx = turn.context
@@ -561,9 +617,17 @@ class ChatHandler:
         return _VERDICTS[row.status]
 
     async def cancel(
-        self, tenant: str, requester_uuid: str | None, session_id: str | None, message_id: str
+        self,
+        tenant: str,
+        requester_uuid: str | None,
+        session_id: str | None,
+        message_id: str,
+        *,
+        kick: bool = True,
     ) -> None:
-        """Cancel a turn from any replica: taking the lease fences its producer."""
+        """Cancel a turn from any replica: taking the lease fences its producer.
+        A queued turn leaves the queue. Then the conversation's next queued
+        turn starts (unless ``kick`` is False: an interrupt's own turn goes first)."""
         local = self._turns.get(message_id)
         store = self.stores.supervision
         if store is None or (local is not None and local.lease is None):
@@ -585,6 +649,8 @@ class ChatHandler:
             session_id = await self._session_of(tenant, requester_uuid, message_id)
         await self._check_writer(tenant, normalize_owner(requester_uuid), session_id)
         key = self._key(tenant, requester_uuid, session_id)
+        if await self.queue.cancel(key, message_id):
+            return
         row = await store.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
             raise TurnNotFoundError(f"turn {message_id} is not the conversation's current turn")
@@ -627,6 +693,8 @@ class ChatHandler:
             local.cancelled()
         await self._keep_partial_answer(key, message_id, epoch)
         self._forget_later(key, message_id, epoch)
+        if kick:
+            self._in_background(self.queue.kick(key))
 
     async def _session_of(self, tenant: str, requester_uuid: str | None, message_id: str) -> str:
         """The conversation of the requester's turn ``message_id``, for a cancel
@@ -663,6 +731,7 @@ class ChatHandler:
         await lease.finish(ChatStreamStatus.ERRORED)
         self.metrics.turns_reaped.labels(code).inc()
         self._forget_later(key, message_id, lease.row_epoch)
+        self._in_background(self.queue.kick(key))
         return True
 
     async def _keep_partial_answer(
@@ -736,9 +805,7 @@ class ChatHandler:
                         key.tenant, key.requester_uuid, key.session_id, message_id, epoch
                     )
 
-        task = asyncio.get_running_loop().create_task(forget())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._in_background(forget())
 
     # ------------------------------------------------------------ shutdown
 
@@ -802,7 +869,7 @@ class ChatHandler:
     async def shutdown(self) -> None:
         """Stop every local turn and background task (the process is exiting)."""
         await self.takeovers.aclose()
-        tasks: list[asyncio.Task[None]] = [*self._background]
+        tasks: list[asyncio.Task[Any]] = [*self._background]
         for turn in self._running_turns():
             assert turn.task is not None
             turn.stop(StreamEnd("dead"))

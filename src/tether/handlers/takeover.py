@@ -160,6 +160,8 @@ class AutomaticTakeover:
         key = ConversationKey(stale.tenant, stale.requester_uuid or "", stale.session_id)
         message_id = stale.supervision.message_id
         marker = await self._marker(key, message_id)
+        if marker is None and await handler.queue.start_handed_off(key, message_id):
+            return True  # a queued turn whose starter drained or died before its marker
         if marker is None:
             return await handler.end_dead_turn(
                 key, message_id, PRODUCER_LOST, "the turn's producer died and it cannot be resumed"

@@ -40,6 +40,7 @@ from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
+from tether.handlers.queue import without_queued
 from tether.metrics import TetherMetrics
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
@@ -164,7 +165,12 @@ class Turn:
         survives a producer crash. Raises what the store raises (not the owner)."""
         ctx = self.context
         user_message = self.request.conversation[-1].model_copy(
-            update={"session_id": ctx.session_id, "message_id": f"{ctx.message_id}-user"}
+            # ``queued`` is the server's mark alone (``handlers.queue``).
+            update={
+                "session_id": ctx.session_id,
+                "message_id": f"{ctx.message_id}-user",
+                "queued": None,
+            }
         )
         headers = self.request.request_headers
         await self.writer.append(
@@ -439,8 +445,10 @@ class Turn:
         if any(dep.restores_conversation for dep in self._resumables):
             return self._input
         if self._stores.conversation is not None:
-            return await self._stores.conversation.get_transcript(
-                k.tenant, k.requester_uuid, k.session_id
+            return without_queued(
+                await self._stores.conversation.get_transcript(
+                    k.tenant, k.requester_uuid, k.session_id
+                )
             )
         return self._input
 

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from sse_starlette import EventSourceResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from tether.api.forms import ChatResponseBody, ChatResponseForm, ErrorBody, StreamStatusBody
+from tether.api.forms import (
+    ChatResponseBody,
+    ChatResponseForm,
+    ErrorBody,
+    QueuedTurnBody,
+    StreamStatusBody,
+)
 from tether.api.identity import request_identity
 from tether.api.ids import MessageIdPath, OptionalSessionQuery, SessionQuery, TenantQuery
 from tether.api.sse import frame, parse_last_event_id
@@ -15,6 +23,9 @@ from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import TurnEndedError, TurnRequestError
+from tether.handlers.queue import Ticket
+from tether.handlers.turn import Turn
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 router = APIRouter(tags=["chat"])
 
@@ -58,22 +69,28 @@ async def chat_response(
     tenant: TenantQuery, form: ChatResponseForm, request: Request, response: Response
 ) -> ChatResponseBody:
     """Run a turn and answer as one JSON body: the request's conversation with
-    the bot's message appended (the SDK's shape), that message's fields beside it."""
-    turn = await _handler(request).start_turn(_chat_request(tenant, form, request))
-    response.headers[MESSAGE_ID_HEADER] = turn.message_id
-    assert turn.task is not None
-    await turn.task
-    end = turn.buffer.end
+    the bot's message appended (the SDK's shape), that message's fields beside it.
+    An enqueued turn is answered when it has run, wherever it ran."""
+    handler = _handler(request)
+    started = await _start(handler, _chat_request(tenant, form, request))
+    if isinstance(started, Ticket):
+        message_id = started.message_id
+        events, _ = await handler.attach(
+            tenant, request_identity(request).requester_uuid, form.session_id, message_id, 0
+        )
+        latest, end = await _last_of(events)
+    else:
+        message_id = started.message_id
+        assert started.task is not None
+        await started.task
+        end = started.buffer.end
+        latest = started.buffer.latest.message if started.buffer.latest is not None else None
+    response.headers[MESSAGE_ID_HEADER] = message_id
     if end is not None and end.reason == "errored":
         raise _TurnFailedError(end.error_code or "INTERNAL", end.error_message or "turn failed")
     if end is not None and end.reason != "done":
         raise TurnEndedError(f"the turn ended {end.reason}")
-    latest = turn.buffer.latest
-    answer = (
-        latest.message
-        if latest is not None
-        else ChatMessage(sender=ChatMessageSender.BOT, message_id=turn.message_id)
-    )
+    answer = latest or ChatMessage(sender=ChatMessageSender.BOT, message_id=message_id)
     return ChatResponseBody(
         **answer.model_dump(),
         agent_identifier=form.agent_identifier,
@@ -81,6 +98,26 @@ async def chat_response(
         conversation_context=form.conversation_context,
         bot_params=form.bot_params,
     )
+
+
+async def _start(handler: ChatHandler, chat_request: ChatRequest) -> Turn | Ticket:
+    """Start the turn, or queue it (``multitask_strategy="enqueue"``)."""
+    if chat_request.multitask_strategy == "enqueue":
+        return await handler.queue.submit(chat_request)
+    return await handler.start_turn(chat_request)
+
+
+async def _last_of(
+    events: AsyncIterator[StreamEvent | StreamEnd],
+) -> tuple[ChatMessage | None, StreamEnd | None]:
+    """The last message of a followed turn, and how it ended."""
+    latest: ChatMessage | None = None
+    async for item in events:
+        if isinstance(item, StreamEvent):
+            latest = item.message
+        else:
+            return latest, item
+    return latest, None
 
 
 class _TurnFailedError(TurnRequestError):
@@ -99,17 +136,53 @@ async def chat_stream(
     resume: bool = False,
     message_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
 ) -> EventSourceResponse:
-    """Run a turn, streamed as SSE. ``resume=true&message_id=M`` takes over dead turn M."""
+    """Run a turn, streamed as SSE. ``resume=true&message_id=M`` takes over dead turn M.
+
+    With ``multitask_strategy=enqueue`` on a busy conversation the answer is a
+    202 at once, naming the queued turn (header and a first ``queued`` event),
+    whose events follow when it starts."""
     if resume and not message_id:
         raise TurnRequestError("resume=true needs the message_id of the turn to resume")
     handler = _handler(request)
-    turn = await handler.start_turn(
-        _chat_request(tenant, form, request), resume_message_id=message_id if resume else None
-    )
+    chat_request = _chat_request(tenant, form, request)
+    if resume:
+        turn = await handler.start_turn(chat_request, resume_message_id=message_id)
+    else:
+        started = await _start(handler, chat_request)
+        if isinstance(started, Ticket):
+            return await _queued_stream(handler, chat_request, started)
+        turn = started
     return EventSourceResponse(
         frame(turn.message_id, turn.buffer.follow(0), live=True),
         status_code=201,
         headers={MESSAGE_ID_HEADER: turn.message_id},
+        shutdown_grace_period=SHUTDOWN_GRACE_SECONDS,
+    )
+
+
+async def _queued_stream(
+    handler: ChatHandler, chat_request: ChatRequest, ticket: Ticket
+) -> EventSourceResponse:
+    events, _ = await handler.attach(
+        chat_request.tenant,
+        chat_request.request_headers.requester_uuid,
+        chat_request.session_id,
+        ticket.message_id,
+        0,
+    )
+
+    async def queued_then_events() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(
+            data=json.dumps({"message_id": ticket.message_id, "position": ticket.position}),
+            event="queued",
+        )
+        async for event in frame(ticket.message_id, events, live=False):
+            yield event
+
+    return EventSourceResponse(
+        queued_then_events(),
+        status_code=202,
+        headers={MESSAGE_ID_HEADER: ticket.message_id},
         shutdown_grace_period=SHUTDOWN_GRACE_SECONDS,
     )
 
@@ -127,6 +200,14 @@ async def chat_stream_status(
         status=status.status,
         epoch=status.epoch,
         heartbeat_at=status.heartbeat_at.isoformat() if status.heartbeat_at else None,
+        queue=[
+            QueuedTurnBody(
+                message_id=entry.message_id,
+                enqueued_at=entry.mark.enqueued_at.isoformat(),
+                content=entry.message.content,
+            )
+            for entry in status.queue
+        ],
     )
 
 

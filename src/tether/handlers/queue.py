@@ -1,0 +1,407 @@
+"""A conversation's queue: messages sent while another turn runs (``enqueue``).
+
+Where the queue lives: in the transcript. An enqueued user message is
+appended at once with a ``queued`` mark (``QueuedTurn``: the id of the turn
+it will start, its agent, its bot params, the requester's roles), under the
+id ``<turn>-queued``; the marked messages, in transcript order, are the
+queue. So it is as durable as the conversation, on every conversation store
+that can remove a message (``remove_fenced``: memory, file, SQLite,
+PostgreSQL), and any replica reads it.
+
+How a queued turn starts: ``kick`` takes the head of the queue when the
+conversation is idle (no RUNNING supervision row) and starts its turn through
+``ChatHandler.start_turn(dequeue=...)``: the claim is the usual
+compare-and-swap, so of several replicas kicking at once exactly one starts
+it. After the claim the turn checks that its message is still waiting (not
+cancelled, not started by someone else), appends it as its own user message
+(``<turn>-user``, at the end of the transcript, where the model reads it
+after the answers before it) and only then removes the queued copy, both
+fenced at its epoch: a crash between the two leaves the message twice, never
+lost.
+
+Who kicks: the end of every turn (its producer's, a cancel's, the
+reaper's), so a queue drains one turn at a time, in arrival order, on
+whichever replica ended the turn before. A turn whose producer dies is taken
+over (``handlers.takeover``) and its end kicks. A replica that is draining
+hands the head off instead (a RUNNING row for it that reads dead at once),
+which the automatic takeover of another replica starts. A status read or an
+attach to a queued turn kicks an idle conversation too, so a queue whose
+kicker died in the instant between a turn's end and the next claim is
+started by the next client that looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tether.domain.chat_conversation_store import ChatConversationStore
+from tether.domain.chat_message import ChatMessage, QueuedTurn
+from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.handlers.errors import (
+    BotParamsError,
+    ConversationBusyError,
+    DrainingError,
+    NotImplementedByStoreError,
+    TurnEndedError,
+    TurnRequestError,
+    UnknownAgentError,
+)
+from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
+
+if TYPE_CHECKING:
+    from tether.handlers.chat_handler import ChatHandler
+    from tether.handlers.turn import Turn
+
+logger = logging.getLogger(__name__)
+
+QUEUED_SUFFIX = "-queued"
+_KICK_TRIES = 5
+"""Queued turns one kick skips (cancelled or started meanwhile) before it
+leaves the rest to the next kick."""
+_CANCEL_TRIES = 3
+AttachLater = Callable[[int], Awaitable[AsyncIterator[StreamEvent | StreamEnd]]]
+"""How ``follow_when_started`` attaches once the turn runs: the handler's own
+attach from a start index, the reader's identity bound."""
+_RECHECK_POLLS = 5
+"""An attach waiting for its queued turn reads the transcript at least every
+this many polls of the supervision row (and whenever the row changes)."""
+
+
+def queued_id(message_id: str) -> str:
+    """The transcript id of turn ``message_id``'s message while it waits."""
+    return f"{message_id}{QUEUED_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One queued message: the user's message and its mark."""
+
+    message: ChatMessage
+    mark: QueuedTurn
+
+    @property
+    def message_id(self) -> str:
+        return self.mark.message_id
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """What ``enqueue`` answers when the turn waits: its id and its place (1: next)."""
+
+    message_id: str
+    position: int
+
+
+class AlreadyDequeuedError(Exception):
+    """The queued turn a claim was for is no longer waiting (cancelled, or
+    started by another replica): the claim is given back."""
+
+
+def waiting_in(transcript: list[ChatMessage]) -> list[Waiting]:
+    """The queue, in arrival order: marked messages whose turn has not appended
+    its own user message yet."""
+    ids = {m.message_id for m in transcript if m.message_id and m.queued is None}
+    return [
+        Waiting(m, m.queued)
+        for m in transcript
+        if m.queued is not None
+        and m.message_id == queued_id(m.queued.message_id)
+        and f"{m.queued.message_id}-user" not in ids
+    ]
+
+
+def without_queued(transcript: list[ChatMessage]) -> list[ChatMessage]:
+    """The conversation as an agent reads it: queued messages are not asked yet."""
+    return [m for m in transcript if m.queued is None]
+
+
+class TurnQueue:
+    """The queue of each conversation, kept in its transcript (see the module)."""
+
+    def __init__(self, handler: ChatHandler) -> None:
+        self._handler = handler
+
+    @property
+    def supported(self) -> bool:
+        """Whether this server can keep queues: a supervision store to tell an
+        idle conversation, and a conversation store that can remove a message."""
+        stores = self._handler.stores
+        conversations = stores.conversation
+        return (
+            stores.supervision is not None
+            and conversations is not None
+            and type(conversations).remove_fenced is not ChatConversationStore.remove_fenced
+        )
+
+    def _conversations(self) -> ChatConversationStore:
+        store = self._handler.stores.conversation
+        assert store is not None
+        return store
+
+    async def waiting(self, key: ConversationKey) -> list[Waiting]:
+        if not self.supported:
+            return []
+        transcript = await self._conversations().get_transcript(
+            key.tenant, key.requester_uuid, key.session_id
+        )
+        return waiting_in(transcript)
+
+    # ------------------------------------------------------------ enqueue
+
+    async def submit(self, request: ChatRequest) -> Turn | Ticket:
+        """``multitask_strategy="enqueue"``: start the turn now if the
+        conversation is idle and nothing waits, else queue it behind the rest."""
+        handler = self._handler
+        if not request.stateful or not request.session_id:
+            raise TurnRequestError("enqueue needs a stateful turn with a session_id")
+        if not self.supported:
+            raise NotImplementedByStoreError(
+                "enqueue needs a supervision store and a conversation store that can "
+                "remove messages (remove_fenced); this server's cannot: use reject or interrupt"
+            )
+        if handler.draining:
+            raise DrainingError("this replica is shutting down; retry on another")
+        if not request.conversation or request.conversation[-1].sender.value != "user":
+            raise TurnRequestError("the conversation must end with the user's new message")
+        key = handler.conversation_key(request)
+        await handler.check_setup(request)
+        await handler.check_writer(key)
+        if not await self.waiting(key):
+            with contextlib.suppress(ConversationBusyError):
+                return await handler.start_turn(request)
+        ticket = await self._append(key, request)
+        await self.kick(key)  # the turn before may have ended meanwhile
+        return ticket
+
+    async def _append(self, key: ConversationKey, request: ChatRequest) -> Ticket:
+        message_id = uuid.uuid4().hex
+        headers = request.request_headers
+        mark = QueuedTurn(
+            message_id=message_id,
+            agent_identifier=request.agent_identifier,
+            enqueued_at=self._handler.clock(),
+            bot_params=request.bot_params,
+            user_roles=headers.user_roles,
+            user_tenants=headers.user_tenants,
+        )
+        message = request.conversation[-1].model_copy(
+            update={
+                "message_id": queued_id(message_id),
+                "session_id": key.session_id,
+                "queued": mark,
+            }
+        )
+        await self._conversations().append_messages(
+            key.tenant,
+            key.requester_uuid,
+            key.session_id,
+            request.agent_identifier,
+            [message],
+            user_roles=headers.user_roles,
+            user_tenants=headers.user_tenants,
+            create_if_absent=False,
+        )
+        waiting = await self.waiting(key)
+        ids = [w.message_id for w in waiting]
+        position = ids.index(message_id) + 1 if message_id in ids else 1
+        return Ticket(message_id, position)
+
+    # ------------------------------------------------------------ starting
+
+    async def kick(self, key: ConversationKey) -> str | None:
+        """Start the head of the queue if the conversation is idle; the id of
+        the turn this replica started, if any."""
+        if not self.supported:
+            return None
+        handler = self._handler
+        supervision = handler.stores.supervision
+        assert supervision is not None
+        for _ in range(_KICK_TRIES):
+            row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+            if row is not None and row.status is ChatStreamStatus.RUNNING:
+                return None  # running, or dead: its end (or its takeover) kicks
+            waiting = await self.waiting(key)
+            if not waiting:
+                return None
+            head = waiting[0]
+            try:
+                turn = await handler.start_turn(self.request_of(key, head), dequeue=head.message_id)
+            except (ConversationBusyError, ClaimRefusedError, TurnEndedError):
+                # Another replica (or a new turn) was first, or the row changed
+                # under the claim (a clean-up): the next round reads it again.
+                continue
+            except AlreadyDequeuedError:
+                continue
+            except DrainingError:
+                if await self._hand_off(key, head):
+                    return None
+                continue
+            except (UnknownAgentError, BotParamsError, TurnRequestError) as error:
+                # It can never run: say so in its place rather than block the rest.
+                logger.warning("queued turn %s cannot start: %s", head.message_id, error)
+                await self._drop(key, head.message_id)
+                continue
+            return turn.message_id
+        return None
+
+    async def start_handed_off(self, key: ConversationKey, message_id: str) -> bool:
+        """Start queued turn ``message_id`` whose row reads dead with no
+        checkpoint of it (its starter was draining, or died before the turn
+        marked its checkpoint); whether it was a queued turn this replica
+        started. Called by the automatic takeover."""
+        waiting = await self.waiting(key)
+        entry = next((w for w in waiting if w.message_id == message_id), None)
+        if entry is None:
+            return False
+        try:
+            await self._handler.start_turn(self.request_of(key, entry), dequeue=message_id)
+        except (
+            ConversationBusyError,
+            ClaimRefusedError,
+            AlreadyDequeuedError,
+            DrainingError,
+            TurnEndedError,
+        ):
+            return False
+        return True
+
+    async def _hand_off(self, key: ConversationKey, head: Waiting) -> bool:
+        """A draining replica's kick: claim the head and give it up at once, so
+        the row reads dead and another replica's takeover starts it. Whether
+        it did (False: the claim lost a race; the kick reads the row again)."""
+        try:
+            lease = await self._handler.grant(key, head.message_id)
+        except ClaimRefusedError:
+            return False
+        with contextlib.suppress(FencedError):
+            await lease.abandon()
+        logger.info("queued turn %s handed off (this replica drains)", head.message_id)
+        return True
+
+    def request_of(self, key: ConversationKey, entry: Waiting) -> ChatRequest:
+        """The request of a queued turn, as its client sent it."""
+        mark = entry.mark
+        headers = RequestHeaders.model_validate(
+            {
+                "requester-uuid": key.requester_uuid or None,
+                "user-roles": mark.user_roles,
+                "user-tenants": mark.user_tenants,
+            }
+        )
+        message = entry.message.model_copy(update={"queued": None, "message_id": None})
+        return ChatRequest(
+            tenant=key.tenant,
+            request_headers=headers,
+            agent_identifier=mark.agent_identifier,
+            conversation=[message],
+            bot_params=mark.bot_params,
+            stateful=True,
+            session_id=key.session_id,
+        )
+
+    async def check_still_waiting(self, key: ConversationKey, message_id: str) -> None:
+        """Raise ``AlreadyDequeuedError`` unless ``message_id`` still waits
+        (read after the claim fenced the transcript: a cancel cannot remove
+        it afterwards without the turn's epoch)."""
+        if message_id not in {w.message_id for w in await self.waiting(key)}:
+            raise AlreadyDequeuedError(message_id)
+
+    async def remove(self, key: ConversationKey, message_id: str, epoch: int) -> None:
+        """Remove the queued copy of a turn that started (its own user message
+        is in the transcript already), fenced at its epoch."""
+        await self._conversations().remove_fenced(
+            key.tenant, key.requester_uuid, key.session_id, [queued_id(message_id)], epoch=epoch
+        )
+
+    # ------------------------------------------------------------ cancel
+
+    async def cancel(self, key: ConversationKey, message_id: str) -> bool:
+        """Take ``message_id`` out of the queue; False when it does not wait
+        (it started, ended, or never was queued). Fenced at the row's epoch,
+        so a claim that starts the turn meanwhile wins, and the cancel then
+        cancels the running turn instead."""
+        if not self.supported:
+            return False
+        supervision = self._handler.stores.supervision
+        assert supervision is not None
+        for _ in range(_CANCEL_TRIES):
+            row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+            if row is not None and row.message_id == message_id:
+                return False  # it started: a running turn's cancel
+            if message_id not in {w.message_id for w in await self.waiting(key)}:
+                return False
+            if await self._drop(key, message_id):
+                return True
+        raise ConversationBusyError(
+            f"turn {message_id} changed hands while cancelling; try again",
+            message_id=message_id,
+            session_id=key.session_id,
+        )
+
+    async def _drop(self, key: ConversationKey, message_id: str) -> bool:
+        """Remove a queued message, fenced at the conversation's current epoch:
+        refused if a claim (which may be this very turn's) has moved it on."""
+        supervision = self._handler.stores.supervision
+        assert supervision is not None
+        row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+        if row is not None and row.message_id == message_id:
+            return False  # it has just been claimed: it runs, or ran
+        epoch = (
+            row.epoch
+            if row is not None
+            else await supervision.last_epoch(key.tenant, key.requester_uuid, key.session_id)
+        )
+        return await self._conversations().remove_fenced(
+            key.tenant, key.requester_uuid, key.session_id, [queued_id(message_id)], epoch=epoch
+        )
+
+    # ------------------------------------------------------------ following
+
+    async def follow_when_started(
+        self,
+        key: ConversationKey,
+        message_id: str,
+        attach: AttachLater,
+        start_index: int,
+    ) -> AsyncIterator[StreamEvent | StreamEnd]:
+        """A queued turn's events once it starts (on whichever replica): until
+        then this waits, polling the supervision row, and kicks the queue if
+        the conversation is idle. Ends ``cancelled`` if the turn leaves the
+        queue without starting."""
+        handler = self._handler
+        supervision = handler.stores.supervision
+        assert supervision is not None
+        interval = handler.settings.follower_poll_interval
+        last: tuple[str, int, ChatStreamStatus] | None = None
+        polls = 0
+        while True:
+            row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+            if row is not None and row.message_id == message_id:
+                break
+            seen = (row.message_id, row.epoch, row.status) if row is not None else None
+            if seen != last or polls % _RECHECK_POLLS == 0:
+                if message_id not in {w.message_id for w in await self.waiting(key)}:
+                    # Gone without our seeing its row: cancelled, or it ran
+                    # and ended between two polls (its row then names it
+                    # until its clean-up, so this is a cancel).
+                    again = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+                    if again is None or again.message_id != message_id:
+                        yield StreamEnd("cancelled")
+                        return
+                    break
+                if row is None or row.status is not ChatStreamStatus.RUNNING:
+                    await self.kick(key)
+            last = seen
+            polls += 1
+            await asyncio.sleep(interval)
+        events = await attach(start_index)
+        async for item in events:
+            yield item

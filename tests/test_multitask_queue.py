@@ -1,0 +1,274 @@
+"""Double texting with ``multitask_strategy="enqueue"``: the conversation's queue.
+
+In-process replicas over one set of in-memory stores (``tests.support.scripted``),
+each agent driven step by step by the test: messages are enqueued through
+replicas other than the producer's, and every queued turn starts on whichever
+replica ended the turn before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.support.scripted import AGENT, ScriptedCluster, question
+from tether.domain.chat_message import ChatMessage
+from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.errors import NotImplementedByStoreError
+from tether.handlers.queue import QUEUED_SUFFIX, Ticket, waiting_in
+from tether.handlers.turn import Turn
+from tether.runtime.lease import ConversationKey
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
+
+KEY = ConversationKey("t", "u", "s1")
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[ScriptedCluster]:
+    staged = ScriptedCluster()
+    try:
+        yield staged
+    finally:
+        await staged.aclose()
+
+
+def _request(text: str) -> ChatRequest:
+    return ChatRequest(
+        tenant="t",
+        request_headers=RequestHeaders(requester_uuid="u"),
+        agent_identifier=AGENT,
+        conversation=[question(text)],
+        stateful=True,
+        session_id="s1",
+        multitask_strategy="enqueue",
+    )
+
+
+async def _enqueue(replica: ChatHandler, text: str) -> Ticket:
+    queued = await replica.queue.submit(_request(text))
+    assert isinstance(queued, Ticket), "the conversation was busy: the turn should wait"
+    return queued
+
+
+def _answer(cluster: ScriptedCluster, message_id: str, text: str) -> None:
+    """What turn ``message_id``'s agent will say when it runs (given ahead)."""
+    script = cluster.scripts.of(message_id)
+    script.say(text)
+    script.finish()
+
+
+async def _ran(cluster: ScriptedCluster, message_id: str) -> Turn:
+    """Turn ``message_id`` once it has started on some replica, run to its end."""
+    async with asyncio.timeout(10):
+        await cluster.scripts.of(message_id).started.wait()
+    turns = [r.local_turn(message_id) for r in cluster.replicas]
+    started = [t for t in turns if t is not None]
+    assert len(started) == 1, "exactly one replica runs a queued turn"
+    assert await cluster.ended(started[0]) == "done"
+    return started[0]
+
+
+def _shape(transcript: list[ChatMessage]) -> list[tuple[str, str]]:
+    return [(m.sender.value, m.content) for m in transcript]
+
+
+async def test_queued_turns_run_one_at_a_time_in_arrival_order_from_any_replica(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    three = await _enqueue(a, "Three?")
+    four = await _enqueue(b, "Four?")
+    assert [two.position, three.position, four.position] == [1, 2, 3]
+
+    # Recorded at once, marked queued; the status shows the queue in order.
+    transcript = await cluster.transcript("s1")
+    assert [m.message_id for m in transcript if m.queued is not None] == [
+        f"{t.message_id}{QUEUED_SUFFIX}" for t in (two, three, four)
+    ]
+    status = await b.status("t", "u", "s1")
+    assert status.message_id == first.message_id and status.status == "running"
+    assert [w.message_id for w in status.queue] == [
+        two.message_id,
+        three.message_id,
+        four.message_id,
+    ]
+
+    for ticket, text in ((two, "Answer two."), (three, "Answer three."), (four, "Answer four.")):
+        _answer(cluster, ticket.message_id, text)
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    for ticket in (two, three, four):
+        await _ran(cluster, ticket.message_id)
+
+    # One at a time: each agent read the answers of every turn before it, and
+    # none of the messages still waiting behind it.
+    assert _shape(cluster.scripts.of(four.message_id).inputs[0]) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+        ("user", "Three?"),
+        ("bot", "Answer three."),
+        ("user", "Four?"),
+    ]
+    assert _shape(cluster.scripts.of(two.message_id).inputs[0])[-1] == ("user", "Two?")
+    assert ("user", "Three?") not in _shape(cluster.scripts.of(two.message_id).inputs[0])
+    final = await cluster.transcript("s1")
+    assert _shape(final) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+        ("user", "Three?"),
+        ("bot", "Answer three."),
+        ("user", "Four?"),
+        ("bot", "Answer four."),
+    ]
+    assert all(m.queued is None for m in final)
+    assert [m.message_id for m in final if m.sender.value == "bot"][1:] == [
+        two.message_id,
+        three.message_id,
+        four.message_id,
+    ], "each queued turn answers under the id its client was given"
+
+
+async def test_an_idle_conversation_with_nothing_waiting_starts_at_once(
+    cluster: ScriptedCluster,
+) -> None:
+    started = await cluster.replica().queue.submit(_request("Hello?"))
+    assert isinstance(started, Turn)
+    _answer(cluster, started.message_id, "Hi.")
+    assert await cluster.ended(started) == "done"
+
+
+async def test_a_queued_turn_can_be_cancelled_from_any_replica(cluster: ScriptedCluster) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(a, "Two?")
+    three = await _enqueue(a, "Three?")
+    await b.cancel("t", "u", "s1", two.message_id)
+    status = await a.status("t", "u", "s1")
+    assert [w.message_id for w in status.queue] == [three.message_id]
+    assert "Two?" not in [m.content for m in await cluster.transcript("s1")]
+
+    _answer(cluster, three.message_id, "Answer three.")
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    await _ran(cluster, three.message_id)
+    assert not cluster.scripts.of(two.message_id).started.is_set()
+
+
+async def _read(events: AsyncIterator[StreamEvent | StreamEnd]) -> tuple[list[str], StreamEnd]:
+    texts: list[str] = []
+    async with asyncio.timeout(10):
+        async for item in events:
+            if isinstance(item, StreamEvent):
+                texts.append(item.message.content)
+            else:
+                return texts, item
+    raise AssertionError("the stream ended without a verdict")
+
+
+async def test_attaching_to_a_queued_turn_streams_it_once_it_starts(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    three = await _enqueue(b, "Three?")
+    events, _ = await b.attach("t", "u", "s1", two.message_id, 0)
+    reading = asyncio.create_task(_read(events))
+    cancelled_events, _ = await b.attach("t", "u", "s1", three.message_id, 0)
+    cancelled = asyncio.create_task(_read(cancelled_events))
+    await a.cancel("t", "u", "s1", three.message_id)
+    assert await cancelled == ([], StreamEnd("cancelled"))
+
+    _answer(cluster, two.message_id, "Answer two.")
+    _answer(cluster, first.message_id, "Answer one.")
+    texts, end = await reading
+    assert texts[-1] == "Answer two." and end.reason == "done"
+
+
+async def test_the_queue_drains_when_the_producer_dies(cluster: ScriptedCluster) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    cluster.scripts.of(first.message_id).say("Half")
+    await cluster.scripts.of(first.message_id).spoken()
+    two = await _enqueue(b, "Two?")
+    _answer(cluster, two.message_id, "Answer two.")
+
+    cluster.kill_by_silence()  # a is gone; b's takeover finishes its turn
+    resumed = cluster.scripts.of(first.message_id, 1)
+    resumed.say(" and whole.")
+    resumed.finish()
+    assert await b.takeovers.scan() == 1
+    taken = b.local_turn(first.message_id)
+    assert taken is not None and await cluster.ended(taken) == "done"
+    await _ran(cluster, two.message_id)
+    assert _shape(await cluster.transcript("s1"))[-2:] == [
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+    ]
+
+
+async def test_a_draining_replica_hands_the_next_queued_turn_to_another() -> None:
+    # No grace: a replica's background work (clean-up, the kick) ends, and is waited for.
+    cluster = ScriptedCluster(finished_turn_grace=0.0)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        first = await cluster.start(a, "s1", "One?")
+        two = await _enqueue(b, "Two?")
+        _answer(cluster, two.message_id, "Answer two.")
+        a.draining = True
+        _answer(cluster, first.message_id, "Answer one.")
+        assert await cluster.ended(first) == "done"
+        await a.clean_ups_done()
+        supervision = cluster.stores.supervision
+        assert supervision is not None
+        row = await supervision.read("t", "u", "s1")
+        assert row is not None and row.message_id == two.message_id
+        assert row.status is ChatStreamStatus.RUNNING
+        assert row.is_dead(cluster.clock(), b.dead_after), "handed off: dead at once"
+        assert not cluster.scripts.of(two.message_id).started.is_set()
+        assert await b.takeovers.scan() == 1
+        turn = await _ran(cluster, two.message_id)
+        assert b.local_turn(two.message_id) is turn
+    finally:
+        await cluster.aclose()
+
+
+async def test_an_idle_queue_is_started_by_whoever_looks_and_by_one_replica_only(
+    cluster: ScriptedCluster,
+) -> None:
+    """The replica that ended a turn died before it kicked the queue: the next
+    status read starts the queued turn; two at once start it once."""
+    gone, a, b = cluster.replica(), cluster.replica(), cluster.replica()
+    first = await cluster.start(gone, "s1", "One?")
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    await gone.shutdown()  # its background work (the kick) is over or cancelled
+    # A queued message as a dead kicker leaves it: recorded, never started.
+    ticket = await a.queue._append(KEY, _request("Two?"))  # staged: as a kicker that died left it
+    assert [w.message_id for w in waiting_in(await cluster.transcript("s1"))] == [ticket.message_id]
+    _answer(cluster, ticket.message_id, "Answer two.")
+    first_look, second_look = await asyncio.gather(
+        a.status("t", "u", "s1"), b.status("t", "u", "s1")
+    )
+    await _ran(cluster, ticket.message_id)
+    assert ticket.message_id in (first_look.message_id, second_look.message_id)
+    assert len(cluster.scripts.of(ticket.message_id).inputs) == 1
+
+
+async def test_enqueue_needs_a_store_that_keeps_the_queue() -> None:
+    cluster = ScriptedCluster(conversation=False)
+    try:
+        with pytest.raises(NotImplementedByStoreError):
+            await cluster.replica().queue.submit(_request("Hello?"))
+    finally:
+        await cluster.aclose()
