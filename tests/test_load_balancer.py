@@ -25,7 +25,9 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.support.haproxy import require_haproxy
+from tests.support.metrics import scrape
 from tests.support.project import make_project
+from tests.support.services import missing
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.client import AsyncTetherClient, TurnUpdate
@@ -108,6 +110,69 @@ async def test_the_client_recovers_through_the_load_balancer_while_its_replica_i
     # Every connection after the kill was served by a surviving replica.
     recovered_by = {c.headers.get(SERVER_HEADER.lower()) for c in turn.connections[1:]}
     assert recovered_by and killed.name not in recovered_by, turn.connections
+
+
+TYPESCRIPT_CLIENT = Path(__file__).resolve().parents[1] / "clients/typescript/src/index.js"
+FOLLOW_SCRIPT = """
+import { TetherClient } from %s;
+const [url, prompt] = process.argv.slice(2);
+const client = new TetherClient({ urls: [url], tenant: "t", user: "ts" });
+const turn = await client.startTurn({ agent: "plain", content: prompt });
+for await (const event of turn.events()) console.log(JSON.stringify(event));
+"""
+
+
+async def test_the_typescript_client_recovers_through_the_load_balancer_while_its_replica_is_killed(
+    tmp_path: Path,
+) -> None:
+    """The same as above with the TypeScript client under Node: one URL,
+    HAProxy's; the producing replica SIGKILLed after 20 messages."""
+    node = shutil.which("node")
+    if node is None:
+        missing("no node on PATH; install Node.js 20 or newer")
+    project = make_project(
+        tmp_path / "project", chunks_per_second=40, answer_chunks=160, tool_call_after_chunks=None
+    )
+    cluster = Cluster(
+        project, f"sqlite:///{tmp_path}/tether.db", size=3, workdir=tmp_path, load_balancer=True
+    )
+    script = tmp_path / "follow.mjs"
+    script.write_text(FOLLOW_SCRIPT % json.dumps(str(TYPESCRIPT_CLIENT)))
+    async with cluster:
+        front = cluster.front
+        assert front is not None
+        async with AsyncTetherClient(front.url, tenant="t", requester_uuid="ts") as client:
+            reference = await client.stream(agent_identifier="plain", message=PROMPT).answer()
+        assert reference is not None
+        process = await asyncio.create_subprocess_exec(
+            node, str(script), front.url, PROMPT, stdout=asyncio.subprocess.PIPE
+        )
+        assert process.stdout is not None
+        events: list[dict[str, Any]] = []
+        killed = None
+        async with asyncio.timeout(90):
+            async for line in process.stdout:
+                events.append(json.loads(line))
+                messages = [e for e in events if e["type"] == "message"]
+                if killed is None and len(messages) == 20:
+                    # The one replica producing a turn now.
+                    producing = [
+                        r for r in cluster.replicas if scrape(r.url).value("tether_turns_in_flight")
+                    ]
+                    assert len(producing) == 1, producing
+                    killed = producing[0]
+                    killed.send(signal.SIGKILL)
+            assert await process.wait() == 0
+    assert killed is not None
+    kinds = [e["type"] for e in events]
+    assert "recovering" in kinds, kinds
+    assert events[-1] == {"type": "end", "reason": "done", "error": None}, events[-1]
+    messages = [e for e in events if e["type"] == "message"]
+    indexes = [m["index"] for m in messages if m["index"] is not None]
+    assert all(a < b for a, b in pairwise(indexes)), indexes
+    ids = [m["eventId"] for m in messages if m["eventId"] is not None]
+    assert len(set(ids)) == len(ids)
+    assert messages[-1]["message"]["content"] == reference.content
 
 
 def _fast_project(directory: Path) -> Path:
