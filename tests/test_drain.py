@@ -38,6 +38,7 @@ from tether.adapters.stream_buffer import (
     InMemoryChatStreamSupervisionStore,
     LocalFileChatStreamSupervisionStore,
 )
+from tether.api.app import setup_app
 from tether.api.signal_drain import EXIT_MARGIN, EXIT_STATUS
 from tether.domain.agent_registries import CreatedAgent
 from tether.domain.agent_setup import AgentSetup
@@ -418,3 +419,14 @@ async def test_an_agent_that_blocks_the_event_loop_does_not_hold_the_exit(
         log = served.log.read_text()[-3000:]
         assert code == EXIT_STATUS and "the drain did not end" in log, log
         assert time.monotonic() - terminated_at < TIMEOUT + EXIT_MARGIN + 1.5, log
+
+
+def test_setup_app_without_settings_reads_the_tether_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`uvicorn app:app` on the seed's wiring is configured as `tether serve` is."""
+    monkeypatch.setenv("TETHER_DRAIN_TIMEOUT", "7")
+    monkeypatch.setenv("TETHER_TAKEOVER_LIMIT", "1")
+    app = setup_app(InProcessRegistries())
+    settings = app.state.chat_handler.settings
+    assert (settings.drain_timeout, settings.takeover_limit) == (7.0, 1)

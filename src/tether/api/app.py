@@ -30,7 +30,7 @@ from tether.handlers.errors import TurnRequestError
 from tether.handlers.retention import RetentionOff, retention_runner
 from tether.runtime.clock import ReplicaClock
 from tether.runtime.turn_stores import TurnStores
-from tether.settings import TetherSettings
+from tether.settings import TetherSettings, settings_from_env
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,9 @@ def setup_app(
     (``tether.runtime.clock.ReplicaClock``); a clock given here is used as it
     is (tests move time by hand), and ``settings.clock_skew`` does not apply.
     """
-    settings = settings or TetherSettings()
+    # Without settings, the TETHER_* environment applies, as under `tether serve`:
+    # `uvicorn app:app` on the seed's wiring is configured the same way.
+    settings = settings or settings_from_env()
     bus = message_bus or MessageBus()
     stores = TurnStores(
         agent_state=agent_state_store,
