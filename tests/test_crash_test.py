@@ -1,19 +1,21 @@
 """``tether crash-test``: real replicas under real signals, and a checker that can fail.
 
 The process tests run the command itself on a copy of the example project whose
-long agent streams fast (80 chunks at 40/s, the calculator after 5), so that a
-round takes seconds; the rolling deploy's copy streams a little longer (120
+long agent and tool agent stream fast (80 chunks at 40/s, the tool calls after
+5), so that a round takes seconds; the rolling deploy's copy streams a little longer (120
 chunks at 20/s), so that the first replica is back before the second is
 drained. The unit tests feed the invariant checker doctored evidence and show
-that each invariant catches what it is for, and drive the in-process pause
+that each invariant catches what it is for (the at-most-once rule of tool
+calls too: a write that ran twice fails it), drive the in-process pause
 (``tether.testing.pause_in_write``) on in-memory stores with a stand-in for
-SIGSTOP.
+SIGSTOP, and the tool-call ledger (``tether.testing.tool_ledger``) in process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -28,7 +30,14 @@ from tether.adapters.stream_buffer import InMemoryChatStreamRecordingStore
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.crashtest.client import StreamStatus
-from tether.crashtest.faults import FaultChoice, FaultKind, FaultPoint, TurnShape, plan_fault
+from tether.crashtest.faults import (
+    FaultChoice,
+    FaultKind,
+    FaultPoint,
+    TurnShape,
+    draw_kind,
+    plan_fault,
+)
 from tether.crashtest.invariants import (
     CancelEvidence,
     Expected,
@@ -38,9 +47,11 @@ from tether.crashtest.invariants import (
     SeenEvent,
     Snapshot,
     StoredTurn,
+    ToolCalls,
     check_round,
     normalize_all,
 )
+from tether.crashtest.results import RoundResult, tool_call_counts
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
@@ -53,6 +64,8 @@ from tether.testing.pause_in_write import (
     install,
     install_from_env,
 )
+from tether.testing.tool_ledger import LEDGER_VARIABLE, ToolLedger, ToolRun, recorded
+from tether.tools import ToolCallContext, running_tool_call, tool
 
 PROMPT = "Tell me about rivers and the towns along them."
 BREAK = 5000
@@ -63,7 +76,7 @@ def _fast_project(directory: Path, *, chunks_per_second: int = 40, chunks: int =
     setups_file = directory / "agents" / "agent_setups.json"
     setups = json.loads(setups_file.read_text())
     for setup in setups:
-        if setup["agent_identifier"] == "long-writer":
+        if setup["agent_identifier"] in ("long-writer", "note-writer"):
             setup["agent_configuration"]["llm"].update(
                 chunks_per_second=chunks_per_second, answer_chunks=chunks, tool_call_after_chunks=5
             )
@@ -228,6 +241,75 @@ def test_a_cancel_as_the_answer_ends_leaves_one_consistent_verdict(
     for entry in report["results"]:
         assert entry["final_status"] in ("done", "cancelled")
         assert entry["path"].startswith("cancel:")
+
+
+@pytest.mark.processes
+def test_a_kill_inside_a_tool_call_runs_a_write_at_most_once(
+    fast_project: Path, tmp_path: Path
+) -> None:
+    """Tool rounds: the producer is SIGKILLed while every turn's call of a
+    ``fail`` tool (send_note, a write) or a ``retry`` tool (the calculator, a
+    read) is held inside the tool, after its start was checkpointed. The runs
+    are counted outside the servers, in the tool-call ledger."""
+    report_file = tmp_path / "report.json"
+    # Seed 1 draws a round cut off in a write, then one cut off in a read.
+    result = CliRunner().invoke(
+        app,
+        [
+            "crash-test", str(fast_project), "--fault", "tool", "--rounds", "2",
+            "--conversations", "2", "--seed", "1", "--json", str(report_file),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "tool calls (ledger)" in result.output
+    report = json.loads(report_file.read_text())
+    assert report["violations"] == 0 and report["turns_passed"] == report["turns"] == 4
+    assert report["settings"]["tool_agent"] == "note-writer"
+    results = report["results"]
+    assert [entry["variant"] for entry in results] == ["fail", "fail", "retry", "retry"]
+    for entry in results:
+        assert (entry["fault"], entry["point"]) == ("tool", f"in {entry['variant']} tool call")
+        assert entry["final_status"] == "done" and entry["error"] is None
+        calls = {call["tool"]: call for call in entry["tool_calls"]}
+        read, write = calls["calculator"], calls["send_note"]
+        assert (read["call"], read["on_unknown"], write["call"], write["on_unknown"]) == (
+            0, "retry", 1, "fail",
+        )  # fmt: skip
+        if entry["variant"] == "fail":
+            # Cut off: run once, never again, and the model was told so.
+            assert (write["attempts"], write["cut_off"], write["shown"]) == ([1], True, "unknown")
+            # Completed before the kill: not run again.
+            assert (read["attempts"], read["cut_off"], read["shown"]) == ([1], False, "completed")
+        else:
+            # Cut off, and run again with the same key: attempt 2.
+            assert (read["attempts"], read["cut_off"], read["shown"]) == ([1, 2], True, "completed")
+            assert (write["attempts"], write["cut_off"], write["shown"]) == (
+                [1],
+                False,
+                "completed",
+            )
+    counts = report["summary"]["tool_calls"]
+    assert counts == {
+        "turns": 4,
+        "calls": 8,
+        "runs": 10,
+        "cut_off_at_most_once": 2,
+        "cut_off_at_most_once_ran_once": 2,
+        "cut_off_at_most_once_shown_unknown": 2,
+        "cut_off_retry": 2,
+        "cut_off_retry_ran_again": 2,
+        "at_most_once_ran_twice": 0,
+        "completed_ran_again": 0,
+    }
+
+
+def test_tool_rounds_need_the_tool_agent(tmp_path: Path) -> None:
+    project = _fast_project(tmp_path / "project")
+    result = CliRunner().invoke(
+        app, ["crash-test", str(project), "--fault", "tool", "--tool-agent", "nobody"]
+    )
+    assert result.exit_code == 2
+    assert "'nobody'" in result.output
 
 
 @pytest.mark.processes
@@ -679,3 +761,251 @@ def test_without_the_variable_nothing_is_patched() -> None:
     for bad in ("heartbeat:1", "checkpoint:x", "checkpoint:0"):
         with pytest.raises(ValueError, match=PAUSE_IN_VARIABLE):
             PauseInWrite.parse(bad)
+
+
+# ------------------------------------------------ the at-most-once rule of tool calls
+
+UNKNOWN = (
+    "The call to send_note may or may not have happened: the server running it stopped "
+    "before it could record the result."
+)
+OPENING = "The river keeps the road. Let me check with the calculator and the send_note."
+
+
+def _tool_answer(
+    note: tuple[str, str] = ("completed", "note sent"),
+    reply: str = "The send_note tool returned note sent. The river follows the road.",
+    calculator: tuple[str, str] = ("completed", "2002"),
+) -> dict[str, Any]:
+    def call(call_id: str, name: str, params: dict[str, Any], outcome: tuple[str, str]) -> Any:
+        status, response = outcome
+        return {
+            "type": "tool",
+            "tool": {
+                "tool_call_id": call_id, "name": name, "params": params,
+                "status": status, "response": response,
+            },
+        }  # fmt: skip
+
+    return {
+        "sender": "bot",
+        "content": f"{OPENING}\n\n{reply}",
+        "message_id": "m",
+        "session_id": "s",
+        "content_parts": [
+            {"type": "text", "text": OPENING},
+            call("c0", "calculator", {"expression": "2 * 1001"}, calculator),
+            call("c1", "send_note", {"text": "hello"}, note),
+            {"type": "text", "text": reply},
+        ],
+    }
+
+
+TOOL_EXPECTED = Expected(PROMPT, normalize_all([_user(), _tool_answer()]), tool_runs=2)
+
+
+def _ran(index: int, attempt: int, pid: int, started: int, ended: int | None = None) -> ToolRun:
+    tool, policy = ("calculator", "retry") if index == 0 else ("send_note", "fail")
+    return ToolRun(f"m:{index}", tool, policy, attempt, pid, ended is not None, started, ended)
+
+
+def _write_cut_off() -> Observed:
+    """A tool round as it should end: the calculator ran and completed, the
+    kill cut send_note off, and the resume told the model it may or may not
+    have happened (the model's reply differs from the crash-free one)."""
+    answer = _tool_answer(
+        note=("error", UNKNOWN), reply=f"The send_note tool returned Error: {UNKNOWN} The end."
+    )
+    return Observed(
+        transcript=[_user(), answer],
+        final_status=StreamStatus("m", "done", 2, "t"),
+        tool_runs=2,
+        final_streamed=answer,
+        message_id="m",
+        tool_calls=ToolCalls((_ran(0, 1, 100, 0, 1), _ran(1, 1, 100, 2))),
+    )
+
+
+def _tool_invariants(observed: Observed) -> set[str]:
+    return {v.invariant for v in check_round(TOOL_EXPECTED, observed, producer_break=BREAK)}
+
+
+def test_the_checker_passes_a_write_cut_off_by_a_kill() -> None:
+    observed = _write_cut_off()
+    assert check_round(TOOL_EXPECTED, observed, producer_break=BREAK) == []
+    assert observed.tool_calls is not None and observed.tool_calls.unknown() == {1}
+
+
+def test_the_checker_catches_a_write_that_ran_twice() -> None:
+    # The resume ran send_note again (attempt 2 on the survivor) and showed it done.
+    observed = _write_cut_off()
+    assert observed.tool_calls is not None
+    again = (*observed.tool_calls.runs, _ran(1, 2, 200, 3, 4))
+    observed.tool_calls = ToolCalls(again)
+    observed.transcript = [_user(), _tool_answer()]
+    observed.final_streamed = _tool_answer()
+    observed.tool_runs = 3
+    violations = check_round(TOOL_EXPECTED, observed, producer_break=BREAK)
+    assert {v.invariant for v in violations} == {"at-most-once", "tool-once"}
+    assert any("send_note, on_unknown=fail) ran 2 times" in v.detail for v in violations)
+    # Twice is too many even where the transcript still says "unknown".
+    observed = _write_cut_off()
+    observed.tool_calls = ToolCalls((_ran(0, 1, 100, 0, 1), _ran(1, 1, 100, 2), _ran(1, 2, 200, 3)))
+    observed.tool_runs = 3
+    assert _tool_invariants(observed) == {"at-most-once", "tool-once"}
+
+
+def test_the_checker_catches_a_cut_off_write_shown_as_done() -> None:
+    observed = _write_cut_off()
+    observed.transcript = [_user(), _tool_answer()]
+    observed.final_streamed = _tool_answer()
+    violations = check_round(TOOL_EXPECTED, observed, producer_break=BREAK)
+    assert {v.invariant for v in violations} == {"at-most-once", "transcript"}
+    assert any("shown completed but no run of it ended" in v.detail for v in violations)
+
+
+def test_the_checker_catches_a_completed_call_run_again() -> None:
+    # The calculator completed, send_note started after it (so its result was
+    # checkpointed), and still it ran again: a retry tool, but not completed ones.
+    observed = _write_cut_off()
+    observed.tool_calls = ToolCalls(
+        (_ran(0, 1, 100, 0, 1), _ran(1, 1, 100, 2), _ran(0, 2, 200, 3, 4))
+    )
+    violations = check_round(TOOL_EXPECTED, observed, producer_break=BREAK)
+    assert "at-most-once" in {v.invariant for v in violations}
+    assert any("ran again after it completed" in v.detail for v in violations)
+
+
+def test_the_checker_catches_a_cut_off_read_not_run_again() -> None:
+    # The calculator (retry) was cut off; the resume settled it as unknown
+    # instead of running it again.
+    answer = _tool_answer(calculator=("error", UNKNOWN))
+    observed = Observed(
+        transcript=[_user(), answer],
+        final_status=StreamStatus("m", "done", 2, "t"),
+        tool_runs=2,
+        message_id="m",
+        tool_calls=ToolCalls((_ran(0, 1, 100, 0), _ran(1, 1, 200, 1, 2))),
+    )
+    assert _tool_invariants(observed) == {"at-most-once", "transcript"}
+    # Run again with the same key, as attempt 2: the crash-free answer.
+    observed.transcript = [_user(), _tool_answer()]
+    observed.tool_calls = ToolCalls(
+        (_ran(0, 1, 100, 0), _ran(0, 2, 200, 1, 2), _ran(1, 1, 200, 3, 4))
+    )
+    observed.tool_runs, observed.tool_outcome_unknown = 3, True
+    assert check_round(TOOL_EXPECTED, observed, producer_break=BREAK) == []
+    # A second attempt 1: the run was never recorded as started.
+    observed.tool_calls = ToolCalls(
+        (_ran(0, 1, 100, 0), _ran(0, 1, 200, 1, 2), _ran(1, 1, 200, 3, 4))
+    )
+    assert _tool_invariants(observed) == {"at-most-once"}
+
+
+def test_the_cut_off_write_changes_only_its_result_and_the_reply_after_it() -> None:
+    """What the transcript check still compares when a write was cut off."""
+
+    def answer(**changes: Any) -> dict[str, Any]:
+        changed = _tool_answer(note=("error", UNKNOWN), reply="Another reply.")
+        for key, value in changes.items():
+            changed["content_parts"][int(key[1:])] = value
+        return changed
+
+    observed = _write_cut_off()
+    observed.final_streamed = None
+    for transcript in (
+        [_user(), answer(p0={"type": "text", "text": "Another opening."})],
+        [_user(), answer(p1=_tool_answer(calculator=("completed", "2003"))["content_parts"][1])],
+        [_user(), {**answer(), "content_parts": answer()["content_parts"][:3]}],
+        [_user(), _user(), answer()],
+    ):
+        observed.transcript = transcript
+        assert "transcript" in _tool_invariants(observed), transcript
+    observed.transcript = [_user(), answer()]
+    assert "transcript" not in _tool_invariants(observed)
+
+
+def test_tool_rounds_kill_inside_a_call_of_a_policy_the_agent_has() -> None:
+    rng = random.Random(2)
+    shape = TurnShape(80, 2.0, 6, tool_policies=("retry", "fail"))
+    plans = [plan_fault(rng, FaultChoice.TOOL, shape, 5.0) for _ in range(60)]
+    assert {plan.hold for plan in plans} == {"fail", "retry"}
+    for plan in plans:
+        assert (plan.kind, plan.point, plan.variant) == (
+            FaultKind.TOOL,
+            FaultPoint.IN_TOOL,
+            plan.hold,
+        )
+        assert plan.describe() == f"in {plan.hold} tool call"
+    writes_only = TurnShape(80, 2.0, 6, tool_policies=("fail",))
+    assert {plan_fault(rng, FaultKind.TOOL, writes_only, 5.0).hold for _ in range(20)} == {"fail"}
+    # mixed draws tool rounds only where the project has the tool agent.
+    assert FaultKind.TOOL in {draw_kind(rng, FaultChoice.MIXED) for _ in range(300)}
+    drawn = {draw_kind(rng, FaultChoice.MIXED, tool_rounds=False) for _ in range(300)}
+    assert drawn == set(FaultKind) - {FaultKind.TOOL}
+
+
+def test_the_report_counts_the_tool_calls() -> None:
+    def result(*calls: dict[str, Any]) -> RoundResult:
+        return RoundResult(1, "r1", "tool", "in fail tool call", PROMPT, tool_calls=list(calls))
+
+    def call(policy: str, runs: int, cut_off: bool, shown: str) -> dict[str, Any]:
+        return {"on_unknown": policy, "runs": runs, "cut_off": cut_off, "shown": shown}
+
+    counts = tool_call_counts(
+        [
+            result(call("retry", 1, False, "completed"), call("fail", 1, True, "unknown")),
+            result(call("retry", 2, True, "completed"), call("fail", 2, False, "completed")),
+            result(),
+        ]
+    )
+    assert counts == {
+        "turns": 2, "calls": 4, "runs": 6,
+        "cut_off_at_most_once": 1, "cut_off_at_most_once_ran_once": 1,
+        "cut_off_at_most_once_shown_unknown": 1,
+        "cut_off_retry": 1, "cut_off_retry_ran_again": 1,
+        "at_most_once_ran_twice": 1, "completed_ran_again": 1,
+    }  # fmt: skip
+
+
+async def test_the_ledger_counts_each_run_and_holds_a_call_until_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = ToolLedger(tmp_path / "ledger")
+    monkeypatch.setenv(LEDGER_VARIABLE, ledger.create()[LEDGER_VARIABLE])
+
+    @recorded
+    @tool(on_unknown="fail")
+    async def shout(text: str) -> str:
+        """A write."""
+        return text.upper()
+
+    pid = os.getpid()
+    ledger.hold(pid, "fail")
+    with running_tool_call(ToolCallContext("m1:0", 0, 1, "call_a")):
+        call = asyncio.create_task(shout.invoke({"text": "hi"}))
+    for _ in range(500):  # the start is written from a thread: wait for it, boundedly
+        if ledger.runs("m1") or call.done():
+            break
+        await asyncio.sleep(0.01)
+    assert ledger.runs("m1") == [ToolRun("m1:0", "shout", "fail", 1, pid, False, 0)]
+    assert not call.done()  # held: started, not ended, until released
+    ledger.release(pid)
+    assert await call == "HI"
+    assert ledger.runs("m1") == [ToolRun("m1:0", "shout", "fail", 1, pid, True, 0, 1)]
+    # A hold of the other policy holds nothing; another turn's runs are its own.
+    ledger.hold(pid, "retry")
+    with running_tool_call(ToolCallContext("m2:0", 0, 2, "call_b")):
+        assert await shout.invoke({"text": "again"}) == "AGAIN"
+    assert [(run.key, run.attempt, run.ended) for run in ledger.runs()] == [
+        ("m1:0", 1, True),
+        ("m2:0", 2, True),
+    ]
+    assert [run.index for run in ledger.runs("m2")] == [0]
+    ledger.release()
+    # Outside a tool call, or without the variable, nothing is recorded.
+    assert await shout.invoke({"text": "x"}) == "X"
+    monkeypatch.delenv(LEDGER_VARIABLE)
+    with running_tool_call(ToolCallContext("m3:0", 0, 1, "call_c")):
+        assert await shout.invoke({"text": "y"}) == "Y"
+    assert len(ledger.runs()) == 2

@@ -3,9 +3,10 @@
 It starts replicas of a project against one store set and, each round, runs
 several turns at once on one of them, then fails it: kills, terminates or pauses
 it at a random point, pauses it inside a store write, drains it and then the
-replica that resumed its turns, or cancels the turns from another replica as
-they end. It recovers each turn as a client would and checks design §5's
-invariants from the outside, turn by turn. Exit code: 0 when every round
+replica that resumed its turns, cancels the turns from another replica as
+they end, or kills it in the middle of a tool call. It recovers each turn as
+a client would and checks design §5's invariants (and issue 14's at-most-once
+rule for tool calls) from the outside, turn by turn. Exit code: 0 when every round
 passed, 1 on any violation or broken-off turn, 2 when it could not run, 130
 when interrupted.
 """
@@ -32,7 +33,7 @@ from tether.crashtest.cluster import ClusterError
 from tether.crashtest.faults import FaultChoice
 from tether.crashtest.report import LiveView, render_summary
 from tether.crashtest.results import CrashTestReport
-from tether.crashtest.runner import CrashTestConfig, new_report, run_crash_test
+from tether.crashtest.runner import CrashTestConfig, new_report, project_agents, run_crash_test
 from tether.testing.pause_in_write import WriteKind
 
 EXIT_VIOLATIONS = 1
@@ -87,7 +88,10 @@ def crash_test_command(
             "pause-in-write (the replica stops itself inside a checkpoint, transcript or "
             "recording write, continued once its turns finished elsewhere), rolling-deploy "
             "(drain it, then the replica that resumed its turns), cancel-at-end (cancel "
-            "from another replica as the answers end), or mixed (all of them)."
+            "from another replica as the answers end), tool (SIGKILL in the middle of a "
+            "tool call of the --tool-agent's turns: a write, on_unknown=fail, or a read, "
+            "retry; checks that a write never ran twice), or mixed (all of them; tool "
+            "where the project has the --tool-agent)."
         ),
     ] = FaultChoice.MIXED,
     pause_in: Annotated[
@@ -113,6 +117,13 @@ def crash_test_command(
     agent: Annotated[str, typer.Option(help="agent_identifier of the long agent.")] = (
         "long-writer"
     ),
+    tool_agent: Annotated[
+        str,
+        typer.Option(
+            help="agent_identifier of the agent tool rounds run: its tools record their runs "
+            "in the crash test's tool-call ledger (tether.testing.tool_ledger.recorded)."
+        ),
+    ] = "note-writer",
     via_load_balancer: Annotated[
         bool,
         typer.Option(
@@ -143,9 +154,16 @@ def crash_test_command(
     if "conversation" in left_out and writes == (WriteKind.TRANSCRIPT,):
         console.print("[red]--pause-in transcript needs the conversation store[/red]")
         raise typer.Exit(EXIT_CANNOT_RUN)
+    project = (project_dir or example_project_dir()).resolve()
+    if fault is FaultChoice.TOOL and tool_agent not in project_agents(project):
+        console.print(
+            f"[red]--fault tool runs the agent {tool_agent!r} (--tool-agent), which {project} "
+            "does not define[/red]"
+        )
+        raise typer.Exit(EXIT_CANNOT_RUN)
     workdir = Path(tempfile.mkdtemp(prefix="tether-crash-test-"))
     config = CrashTestConfig(
-        project_dir=(project_dir or example_project_dir()).resolve(),
+        project_dir=project,
         store_url=store or default_store_url(workdir / "store"),
         stream_store_url=stream_store,
         replicas=replicas,
@@ -156,6 +174,7 @@ def crash_test_command(
         fault=fault,
         seed=seed if seed is not None else random.SystemRandom().randrange(1, 10**6),
         agent=agent,
+        tool_agent=tool_agent,
         workdir=workdir,
         via_load_balancer=via_load_balancer,
     )

@@ -23,6 +23,7 @@ import httpx2
 
 from tether.crashtest.load_balancer import HAProxy, LoadBalancerError
 from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
+from tether.testing.tool_ledger import ToolLedger
 
 LOOPBACK = "127.0.0.1"
 
@@ -78,6 +79,11 @@ class Replica:
     @property
     def url(self) -> str:
         return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the current start (None before the first)."""
+        return self.process.pid if self.process is not None else None
 
     @property
     def alive(self) -> bool:
@@ -242,7 +248,9 @@ class Replica:
 
 
 class Cluster:
-    """N replicas on one store set, and the tool log their calculator appends to."""
+    """N replicas on one store set, the tool log their calculator appends to, and
+    the tool-call ledger (``tether.testing.tool_ledger``) of tools that record
+    their runs by idempotency key."""
 
     def __init__(
         self,
@@ -262,7 +270,12 @@ class Cluster:
             )
         self.tool_log = workdir / "tools.log"
         self.tool_log.touch()
-        replica_env = {**(env or {}), "TETHER_TOOL_LOG": str(self.tool_log)}
+        self.ledger = ToolLedger(workdir / "tool-calls")
+        replica_env = {
+            **(env or {}),
+            "TETHER_TOOL_LOG": str(self.tool_log),
+            **self.ledger.create(),
+        }
         self.replicas = [
             Replica(
                 f"r{number}",

@@ -12,10 +12,17 @@ A fault is real: a signal to the producing replica, or a client's request.
   continued once its turns finished elsewhere, so the write lands late;
 - ``rolling-deploy``: SIGTERM the producer, let the client resume on a second
   replica, restart the first, then SIGTERM the second and resume once more;
-- ``cancel-at-end``: cancel from another replica just as the answer ends.
+- ``cancel-at-end``: cancel from another replica just as the answer ends;
+- ``tool``: SIGKILL in the middle of a tool call (between the checkpoint that
+  records it started and the one that records it completed). The round's turns
+  are the tool agent's, whose tools count every execution in the tool-call
+  ledger (``tether.testing.tool_ledger``); the producer is told to hold its
+  calls of one ``on_unknown`` policy (``fail``: a write, or ``retry``: a read)
+  and is killed once every turn's call of that policy has started there.
 
 The point is chosen from the crash-free run of the same prompt, so it lands
-inside the turn. ``mixed`` draws every round's kind from all of them.
+inside the turn. ``mixed`` draws every round's kind from all of them (``tool``
+only where the project has the tool agent).
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ class FaultKind(StrEnum):
     PAUSE_IN_WRITE = "pause-in-write"
     ROLLING_DEPLOY = "rolling-deploy"
     CANCEL_AT_END = "cancel-at-end"
+    TOOL = "tool"
+    """SIGKILL inside a tool call of the tool agent's turns."""
 
     @property
     def fences(self) -> bool:
@@ -57,6 +66,7 @@ class FaultChoice(StrEnum):
     PAUSE_IN_WRITE = "pause-in-write"
     ROLLING_DEPLOY = "rolling-deploy"
     CANCEL_AT_END = "cancel-at-end"
+    TOOL = "tool"
     MIXED = "mixed"
 
 
@@ -66,6 +76,7 @@ class FaultPoint(StrEnum):
     CHECKPOINT = "checkpoint"  # when a periodic checkpoint is due
     WRITE = "write"  # inside a store write (pause-in-write)
     END = "end"  # as the answer ends (cancel-at-end)
+    IN_TOOL = "in-tool"  # inside a tool call: started, not completed (tool)
 
 
 @dataclass(frozen=True)
@@ -75,6 +86,9 @@ class TurnShape:
     messages: int
     duration: float  # first message to last, seconds
     tool_message: int | None  # position of the first message with a completed tool
+    tool_policies: tuple[str, ...] = ()
+    """The ``on_unknown`` policy of each call the tool-call ledger recorded
+    (the tool agent's turns; empty for tools that do not record their runs)."""
 
 
 @dataclass(frozen=True)
@@ -96,8 +110,12 @@ class FaultPlan:
     """And this long after that (cancel-at-end)."""
     second_after: int | None = None
     """Drain the second producer once it streamed this many messages (rolling-deploy)."""
+    hold: str | None = None
+    """Kill inside the calls of tools with this ``on_unknown`` policy (tool)."""
 
     def describe(self) -> str:
+        if self.hold is not None:
+            return f"in {self.hold} tool call"
         if self.pause is not None:
             return f"{self.pause.kind} #{self.pause.call}"
         if self.before_end is not None:
@@ -112,13 +130,29 @@ class FaultPlan:
 
     @property
     def variant(self) -> str | None:
-        """The write a pause-in-write round pauses in (its results are told apart by it)."""
+        """The write a pause-in-write round pauses in, or the policy of the tool
+        call a tool round kills inside (its results are told apart by it)."""
+        if self.hold is not None:
+            return self.hold
         return str(self.pause.kind) if self.pause is not None else None
+
+
+# The policies of the calls a tool round may kill inside, as often as each is
+# drawn: mostly writes, whose at-most-once rule is the point.
+_HOLDS = ("fail", "fail", "retry")
+
+
+def draw_kind(rng: random.Random, choice: FaultChoice, *, tool_rounds: bool = True) -> FaultKind:
+    """The kind of one round: ``choice``, or one drawn from every kind for
+    ``mixed`` (``tool`` only with ``tool_rounds``: the project has the tool agent)."""
+    if choice is not FaultChoice.MIXED:
+        return FaultKind(choice)
+    return rng.choice([kind for kind in FaultKind if tool_rounds or kind is not FaultKind.TOOL])
 
 
 def plan_fault(
     rng: random.Random,
-    choice: FaultChoice,
+    choice: FaultChoice | FaultKind,
     shape: TurnShape,
     checkpoint_interval: float,
     *,
@@ -129,9 +163,12 @@ def plan_fault(
     """The fault of one round. ``shape`` is the crash-free run of the round's
     lead conversation; ``conversations`` turns run on the producer at once;
     ``writes`` are the writes the servers make (no transcript without a
-    conversation store)."""
-    kind = FaultKind(rng.choice(list(FaultKind)) if choice is FaultChoice.MIXED else choice)
+    conversation store). ``choice`` may be a kind drawn already (``draw_kind``)."""
+    kind = draw_kind(rng, FaultChoice(choice))
     last = max(2, int(shape.messages * 0.85))
+    if kind is FaultKind.TOOL:
+        policies = [hold for hold in _HOLDS if hold in shape.tool_policies] or list(_HOLDS)
+        return FaultPlan(kind, FaultPoint.IN_TOOL, hold=rng.choice(policies))
     if kind is FaultKind.PAUSE_IN_WRITE:
         return FaultPlan(
             kind,
@@ -205,6 +242,7 @@ SIGNALS = {
     FaultKind.TERM: signal.SIGTERM,
     FaultKind.STOP: signal.SIGSTOP,
     FaultKind.ROLLING_DEPLOY: signal.SIGTERM,
+    FaultKind.TOOL: signal.SIGKILL,
 }
 
 

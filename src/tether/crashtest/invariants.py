@@ -9,7 +9,9 @@ rounds. The checks:
 - ``user-message`` (§5.4): the user's message is in it exactly once;
 - ``tool-once`` (§5.6): the calculator ran as often as in the crash-free run
   (once more at most where the fault came before any reader got its result:
-  see ``Observed.tool_outcome_unknown``);
+  see ``Observed.tool_outcome_unknown``); for turns whose tools record their
+  runs in the tool-call ledger, all of their tools, once more at most where a
+  ``retry`` call was cut off;
 - ``no-regress`` (§5.3): per reader, event indexes strictly increase and, within
   one producer's run, each cumulative message extends the previous one; across
   readers, the client never got an index it had already passed;
@@ -27,7 +29,23 @@ rounds. The checks:
   messages;
 - ``verdict`` (cancel rounds): the transcript's last-turn status, the
   supervision row, the cancel's answer and the client's stream agree on one
-  verdict, cancelled or complete.
+  verdict, cancelled or complete;
+- ``at-most-once`` (issue 14, turns whose tools record their runs in the
+  tool-call ledger): a call of a tool whose ``on_unknown`` is not ``retry``
+  ran at most once per idempotency key; every call ran as attempts 1, 2, ...
+  (each run was recorded as started first); a call that ran to its end and
+  was followed by another call of the turn (so its result was checkpointed)
+  never ran again; a call cut off by the fault (started, never ended) is
+  shown with the "may or may not have happened" result when its tool may not
+  run twice, and ran again to completion when its tool says ``retry``; a call
+  shown completed ran to its end.
+
+Where a call of a tool that may not run twice was cut off, ``transcript``
+compares less, because the model read another result than in the crash-free
+run (see ``_answer_difference``): every message but the turn's answer, and in
+the answer every part up to the end of the tool request holding that call,
+must equal the crash-free run's, except that call's result; what the model
+wrote after reading it must be there but is its own.
 
 Without a conversation store the transcript checks are made on the turn's
 recording instead (its last message is the answer).
@@ -41,6 +59,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.crashtest.client import StreamStatus
+from tether.testing.tool_ledger import ToolRun
+
+UNKNOWN_OUTCOME = "may or may not have happened"
+"""What the result of a call whose outcome is unknown says (``tether.tools``)."""
 
 # Fields that name the turn rather than say what it contains: a crash-free
 # reference has its own session and message ids.
@@ -125,6 +147,37 @@ class FenceEvidence:
     store_error: str | None = None
 
 
+@dataclass(frozen=True)
+class ToolCalls:
+    """A turn's tool calls as the tool-call ledger has them."""
+
+    runs: tuple[ToolRun, ...]
+    """Every execution of the turn's calls, in the order they started."""
+
+    def by_call(self) -> dict[int, list[ToolRun]]:
+        """The runs of each call (by its index in the turn), in order."""
+        calls: dict[int, list[ToolRun]] = {}
+        for run in self.runs:
+            calls.setdefault(run.index, []).append(run)
+        return dict(sorted(calls.items()))
+
+    def cut_off(self) -> dict[int, ToolRun]:
+        """The calls whose last run was cut off (started, never ended), by index."""
+        return {index: runs[-1] for index, runs in self.by_call().items() if not runs[-1].ended}
+
+    def unknown(self) -> frozenset[int]:
+        """The calls the resume may not run again and must show as of unknown outcome."""
+        return frozenset(i for i, run in self.cut_off().items() if run.at_most_once)
+
+    def retried(self) -> frozenset[int]:
+        """The ``retry`` calls a run of which was cut off (and that must run again)."""
+        return frozenset(
+            index
+            for index, runs in self.by_call().items()
+            if not runs[0].at_most_once and any(not run.ended for run in runs)
+        )
+
+
 @dataclass
 class Observed:
     transcript: list[dict[str, Any]] | None
@@ -149,6 +202,8 @@ class Observed:
     resume then runs it once more (at-least-once until tool calls record
     *started* and *completed*, issue 14). One extra run is allowed, never two;
     once a result was shown, none."""
+    tool_calls: ToolCalls | None = None
+    """The turn's tool runs from the tool-call ledger (None: its tools record none)."""
 
 
 def normalize(message: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +247,8 @@ def check_round(expected: Expected, observed: Observed, *, producer_break: int) 
         violations += _verdict(observed)
     if observed.fence is not None:
         violations += _fenced(observed.fence, expected)
+    if observed.tool_calls is not None:
+        violations += _at_most_once(observed, observed.tool_calls)
     return violations
 
 
@@ -224,7 +281,12 @@ def _transcript(expected: Expected, observed: Observed) -> list[Violation]:
     if _cancelled(observed):
         return _partial_answer(expected, actual)
     violations = []
-    if actual != expected.transcript:
+    unknown = _unknown(observed)
+    if unknown:
+        problem = _masked_difference(expected.transcript, actual, unknown)
+        if problem is not None:
+            violations.append(Violation("transcript", problem))
+    elif actual != expected.transcript:
         violations.append(Violation("transcript", _difference(expected.transcript, actual)))
     if observed.final_streamed is not None:
         bots = [m for m in actual if m.get("sender") == "bot"]
@@ -277,7 +339,13 @@ def _recorded_answer(expected: Expected, observed: Observed) -> list[Violation]:
     bots = [m for m in expected.transcript if m.get("sender") == "bot"]
     want = bots[-1] if bots else None
     violations = []
-    if observed.final_streamed is not None and normalize(observed.final_streamed) != want:
+    unknown = _unknown(observed)
+    streamed = observed.final_streamed
+    if streamed is not None and unknown and want is not None:
+        problem = _answer_difference(want, normalize(streamed), unknown)
+        if problem is not None:
+            violations.append(Violation("transcript", f"the last answer streamed: {problem}"))
+    elif streamed is not None and normalize(streamed) != want:
         violations.append(
             Violation(
                 "transcript", "the last answer streamed to the client is not the crash-free one"
@@ -297,11 +365,103 @@ def _recorded_answer(expected: Expected, observed: Observed) -> list[Violation]:
                     "transcript", "the cancelled turn's recording is not a beginning of the answer"
                 )
             )
+    elif unknown and want is not None:
+        problem = _answer_difference(want, kept, unknown)
+        if problem is not None:
+            violations.append(Violation("transcript", f"the recording's last message: {problem}"))
     elif kept != want:
         violations.append(
             Violation("transcript", "the recording's last message is not the crash-free answer")
         )
     return violations
+
+
+def _unknown(observed: Observed) -> frozenset[int]:
+    """The calls a done turn must show as of unknown outcome (none if cancelled)."""
+    if observed.tool_calls is None or _cancelled(observed):
+        return frozenset()
+    return observed.tool_calls.unknown()
+
+
+def _masked_difference(
+    expected: Sequence[dict[str, Any]], actual: Sequence[dict[str, Any]], unknown: frozenset[int]
+) -> str | None:
+    """How ``actual`` differs from the crash-free transcript beyond what the
+    calls of unknown outcome change (see ``_answer_difference``); None if not."""
+    if len(expected) != len(actual):
+        return _difference(expected, actual)
+    answer = max((n for n, m in enumerate(expected) if m.get("sender") == "bot"), default=None)
+    for position, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        if position == answer and got.get("sender") == "bot":
+            problem = _answer_difference(want, got, unknown)
+            if problem is not None:
+                return f"message {position} (bot): {problem}"
+        elif want != got:
+            return _difference([want], [got]).replace("message 0", f"message {position}", 1)
+    return None
+
+
+def _answer_difference(
+    want: dict[str, Any], got: dict[str, Any], unknown: frozenset[int]
+) -> str | None:
+    """How the answer ``got`` differs from the crash-free ``want`` beyond what
+    the calls ``unknown`` (by index among the answer's tool calls) change; None
+    if it does not.
+
+    Compared exactly: every field but the content; the parts up to the end of
+    the tool request (a run of adjacent tool parts) that holds the first of
+    those calls, each call's result included, except those calls', which must
+    be errors saying the call may or may not have happened; and the content's
+    beginning, the text before the first tool request. Not compared: the parts
+    after that request, the model's reply to results other than the crash-free
+    run's; there must be at least one, with text.
+    """
+    fields = {k: v for k, v in got.items() if k not in ("content", "content_parts")}
+    if fields != {k: v for k, v in want.items() if k not in ("content", "content_parts")}:
+        return "fields besides its content differ from the crash-free run's"
+    want_parts = list(want.get("content_parts") or [])
+    got_parts = list(got.get("content_parts") or [])
+    tools = [n for n, part in enumerate(want_parts) if part.get("type") == "tool"]
+    if min(unknown) >= len(tools):
+        return f"it has no tool call {min(unknown)}: the crash-free run has {len(tools)}"
+    end = tools[min(unknown)]
+    while end + 1 < len(want_parts) and want_parts[end + 1].get("type") == "tool":
+        end += 1
+    compared = end + 1
+    if len(got_parts) < compared:
+        return f"{len(got_parts)} parts; the crash-free run has {compared} up to its tool results"
+    call = -1
+    for position in range(compared):
+        wanted, part = want_parts[position], got_parts[position]
+        if wanted.get("type") != "tool":
+            if part != wanted:
+                return f"part {position} ({wanted.get('type')}) differs from the crash-free run's"
+            continue
+        call += 1
+        if call not in unknown:
+            if part != wanted:
+                return f"tool call {call} differs from the crash-free run's"
+            continue
+        tool, wanted_tool = dict(part.get("tool") or {}), dict(wanted.get("tool") or {})
+        status, response = tool.pop("status", None), tool.pop("response", None)
+        wanted_tool.pop("status", None)
+        wanted_tool.pop("response", None)
+        if tool != wanted_tool or part.get("type") != "tool":
+            return f"tool call {call} is not the crash-free run's call"
+        if status != "error" or UNKNOWN_OUTCOME not in str(response):
+            return (
+                f"tool call {call} ({tool.get('name')}) was cut off, yet is shown {status} "
+                f"({str(response)[:60]!r}), not as {UNKNOWN_OUTCOME!r}"
+            )
+    reply = [
+        part for part in got_parts[compared:] if part.get("type") == "text" and part.get("text")
+    ]
+    if not reply:
+        return "the model wrote nothing after the tool results"
+    opening = want_parts[0].get("text") if want_parts[0].get("type") == "text" else None
+    if opening and not str(got.get("content", "")).startswith(str(opening)):
+        return "its content does not begin with the crash-free run's text before the tool calls"
+    return None
 
 
 def _difference(expected: Sequence[dict[str, Any]], actual: Sequence[dict[str, Any]]) -> str:
@@ -461,13 +621,15 @@ def _verdict(observed: Observed) -> list[Violation]:
 
 
 def _tool_once(expected: Expected, observed: Observed) -> list[Violation]:
+    # The tool log counts the calculator; the tool-call ledger every tool.
+    tools = "the calculator" if observed.tool_calls is None else "the turn's tools"
     if _cancelled(observed):
         # Cancelled before its tool call, a turn runs it fewer times; never more.
         if observed.tool_runs > expected.tool_runs:
             return [
                 Violation(
                     "tool-once",
-                    f"the calculator ran {observed.tool_runs} times for a cancelled turn, "
+                    f"{tools} ran {observed.tool_runs} times for a cancelled turn, "
                     f"{expected.tool_runs} in the crash-free run",
                 )
             ]
@@ -479,11 +641,111 @@ def _tool_once(expected: Expected, observed: Observed) -> list[Violation]:
         return [
             Violation(
                 "tool-once",
-                f"the calculator ran {observed.tool_runs} times this round, "
+                f"{tools} ran {observed.tool_runs} times this round, "
                 f"{expected.tool_runs} in the crash-free run",
             )
         ]
     return []
+
+
+def _at_most_once(observed: Observed, calls: ToolCalls) -> list[Violation]:
+    """The rule of issue 14, from the runs the tools recorded outside the server."""
+    violations = []
+    for index, runs in calls.by_call().items():
+        first = runs[0]
+        name = f"call {index} ({first.tool}, on_unknown={first.on_unknown})"
+        if first.at_most_once and len(runs) > 1:
+            violations.append(
+                Violation(
+                    "at-most-once",
+                    f"{name} ran {len(runs)} times with key {first.key}: at most once",
+                )
+            )
+        attempts = [run.attempt for run in runs]
+        if attempts != list(range(1, len(runs) + 1)):
+            violations.append(
+                Violation(
+                    "at-most-once",
+                    f"{name} ran as attempts {attempts}: a run was not recorded as started",
+                )
+            )
+        for run in runs:
+            if run.ended_at is None:
+                continue
+            # Calls run one at a time, each recorded completed before the next
+            # starts: another call starting after this run ended proves its
+            # result was checkpointed, and no resume may run it again.
+            proof = min(
+                (
+                    o.started_at
+                    for o in calls.runs
+                    if o.index != index and o.started_at > run.ended_at
+                ),
+                default=None,
+            )
+            if proof is not None and any(later.started_at > proof for later in runs):
+                violations.append(
+                    Violation(
+                        "at-most-once",
+                        f"{name} ran again after it completed (another call started after it)",
+                    )
+                )
+                break
+    if _verdict_of(observed) != "done" or _cancelled(observed):
+        return violations
+    answer = turn_answer(observed)
+    if answer is None:
+        return violations
+    shown = [
+        dict(part.get("tool") or {})
+        for part in answer.get("content_parts") or []
+        if part.get("type") == "tool"
+    ]
+    by_call = calls.by_call()
+    for index in sorted(calls.unknown()):
+        tool = shown[index] if index < len(shown) else {}
+        if tool.get("status") != "error" or UNKNOWN_OUTCOME not in str(tool.get("response")):
+            violations.append(
+                Violation(
+                    "at-most-once",
+                    f"call {index} ({by_call[index][0].tool}) was cut off, yet the answer shows "
+                    f"it {tool.get('status', 'missing')}, not as {UNKNOWN_OUTCOME!r}",
+                )
+            )
+    for index in sorted(calls.retried()):
+        runs = by_call[index]
+        tool = shown[index] if index < len(shown) else {}
+        if not runs[-1].ended or tool.get("status") != "completed":
+            violations.append(
+                Violation(
+                    "at-most-once",
+                    f"call {index} ({runs[0].tool}, on_unknown=retry) was cut off and did not "
+                    f"run again to completion (last run ended: {runs[-1].ended}, shown "
+                    f"{tool.get('status', 'missing')})",
+                )
+            )
+    for index, tool in enumerate(shown):
+        if tool.get("status") == "completed" and not any(
+            run.ended for run in by_call.get(index, [])
+        ):
+            violations.append(
+                Violation(
+                    "at-most-once",
+                    f"call {index} ({tool.get('name')}) is shown completed but no run of it ended",
+                )
+            )
+    return violations
+
+
+def turn_answer(observed: Observed) -> dict[str, Any] | None:
+    """The turn's answer as kept: the transcript's, else the recording's, else
+    the one last streamed."""
+    if observed.transcript is not None:
+        bots = [m for m in observed.transcript if m.get("sender") == "bot"]
+        return bots[-1] if bots else None
+    if observed.stored is not None and observed.stored.recorded_final is not None:
+        return observed.stored.recorded_final
+    return observed.final_streamed
 
 
 def _no_regress(readers: Sequence[ReaderTrace], producer_break: int) -> list[Violation]:

@@ -9,6 +9,11 @@ names an arithmetic expression of its own (``conversation_prompt``): the
 calculator runs on it, and the tool log (one line per execution, with its
 expression) tells whose turn ran the tool.
 
+The tool agent (``tool`` rounds) counts its tools' executions in the tool-call
+ledger instead (``tether.testing.tool_ledger``), by idempotency key, so each
+turn's runs are its own: its references say which calls ran, with which
+``on_unknown`` policy.
+
 Without a conversation store there is no transcript to fetch: the reference
 is the user's message and the answer the crash-free client was streamed.
 """
@@ -25,6 +30,7 @@ from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, ClusterError
 from tether.crashtest.faults import TurnShape
 from tether.crashtest.invariants import Expected, normalize_all
+from tether.testing.tool_ledger import ToolLedger
 
 PROMPTS = (
     "Tell me about rivers and the towns along them.",
@@ -39,6 +45,17 @@ class Reference:
     shape: TurnShape
     tool_expressions: tuple[str, ...] = ()
     """The expressions of the calculator calls the answer completed (normalized)."""
+    ledgered: bool = False
+    """The agent's tools record their runs in the tool-call ledger: a round counts
+    them there, by the turn's message id, not in the tool log."""
+
+
+@dataclass(frozen=True)
+class _Run:
+    prompt: str
+    message_id: str
+    transcript: list[dict[str, Any]]
+    shape: TurnShape
 
 
 def conversation_prompt(base: str, slot: int) -> str:
@@ -80,16 +97,26 @@ def _completed_in(message: dict[str, Any]) -> int:
 
 
 async def crash_free_runs(
-    api: TetherAPI, cluster: Cluster, prompts: Sequence[str], *, within: float
+    api: TetherAPI,
+    cluster: Cluster,
+    prompts: Sequence[str],
+    *,
+    within: float,
+    ledger: ToolLedger | None = None,
 ) -> tuple[dict[str, Reference], list[str]]:
-    """The reference of each prompt, and warnings about what cannot be checked."""
+    """The reference of each prompt, and warnings about what cannot be checked.
+
+    With ``ledger`` (the tool agent), every completed call must have its one
+    run in the ledger, under the turn's message id."""
     runs_before = cluster.tool_runs()
     unique = list(dict.fromkeys(prompts))
     runs = await asyncio.gather(
         *(_run(api, cluster, prompt, number, within=within) for number, prompt in enumerate(unique))
     )
+    if ledger is not None:
+        return {run.prompt: _ledgered(run, ledger) for run in runs}, []
     executed = cluster.tool_runs() - runs_before
-    completed = sum(completed_tool_calls(transcript) for _, transcript, _ in runs)
+    completed = sum(completed_tool_calls(run.transcript) for run in runs)
     warnings: list[str] = []
     counted = True
     if executed != completed:
@@ -105,19 +132,47 @@ async def crash_free_runs(
         )
         counted = False
     references = {}
-    for prompt, transcript, shape in runs:
-        tool_runs = completed_tool_calls(transcript) if counted else 0
-        references[prompt] = Reference(
-            Expected(prompt, normalize_all(transcript), tool_runs),
-            shape,
-            tool_expressions(transcript),
+    for run in runs:
+        tool_runs = completed_tool_calls(run.transcript) if counted else 0
+        references[run.prompt] = Reference(
+            Expected(run.prompt, normalize_all(run.transcript), tool_runs),
+            run.shape,
+            tool_expressions(run.transcript),
         )
     return references, warnings
 
 
+def _ledgered(run: _Run, ledger: ToolLedger) -> Reference:
+    """The reference of a tool agent's run: its calls as the ledger has them."""
+    executions = ledger.runs(run.message_id)
+    completed = completed_tool_calls(run.transcript)
+    calls = sorted({execution.index for execution in executions})
+    if not executions:
+        raise ClusterError(
+            f"the tool agent's crash-free run of {run.prompt!r} recorded no tool run in the "
+            "tool-call ledger: its tools need tether.testing.tool_ledger.recorded"
+        )
+    if len(executions) != completed or calls != list(range(completed)):
+        raise ClusterError(
+            f"the crash-free run of {run.prompt!r} completed {completed} tool calls but the "
+            f"tool-call ledger has {len(executions)} runs of calls {calls}; the count "
+            "cannot be trusted"
+        )
+    policies = tuple(execution.on_unknown for execution in executions)
+    shape = TurnShape(
+        run.shape.messages, run.shape.duration, run.shape.tool_message, tool_policies=policies
+    )
+    return Reference(
+        Expected(run.prompt, normalize_all(run.transcript), completed),
+        shape,
+        tool_expressions(run.transcript),
+        ledgered=True,
+    )
+
+
 async def _run(
     api: TetherAPI, cluster: Cluster, prompt: str, number: int, *, within: float
-) -> tuple[str, list[dict[str, Any]], TurnShape]:
+) -> _Run:
     replica = cluster.replicas[number % len(cluster.replicas)]
     session = f"crash-free-{uuid.uuid4().hex[:12]}"
     reader = api.start_turn(replica.url, replica.name, prompt, session)
@@ -148,4 +203,5 @@ async def _run(
     shape = TurnShape(
         messages=len(messages), duration=messages[-1].at - messages[0].at, tool_message=tool_at
     )
-    return prompt, transcript, shape
+    assert reader.message_id is not None, "a turn that started has a message id"
+    return _Run(prompt, reader.message_id, transcript, shape)

@@ -129,6 +129,19 @@ def _spread(values: dict[str, Any]) -> str:
     return ", ".join(f"{name} {_seconds(value)}" for name, value in values.items())
 
 
+def _tool_calls(counts: dict[str, int]) -> str:
+    """The tool-call ledger's figures in a sentence."""
+    return (
+        f"{counts['calls']} calls in {counts['turns']} turns, {counts['runs']} runs; cut off "
+        f"by the kill: {counts['cut_off_at_most_once']} that may not run twice (ran once "
+        f"{counts['cut_off_at_most_once_ran_once']}, shown 'may or may not have happened' "
+        f"{counts['cut_off_at_most_once_shown_unknown']}), {counts['cut_off_retry']} retry "
+        f"(ran again to completion {counts['cut_off_retry_ran_again']}); ran twice: "
+        f"{counts['at_most_once_ran_twice']} that may not, {counts['completed_ran_again']} "
+        "completed"
+    )
+
+
 def render_summary(report: CrashTestReport) -> RenderableType:
     """The closing summary: the counts, the timings, the paths, and every finding."""
     summary = report.summary()
@@ -169,6 +182,9 @@ def render_summary(report: CrashTestReport) -> RenderableType:
             f"recovery {_spread(of_fault['recovery_latency_s'])}; "
             f"takeover {_spread(of_fault['takeover_latency_s'])}; ended {verdicts}{fenced}",
         )
+    tools = summary["tool_calls"]
+    if tools["calls"]:
+        table.add_row("tool calls (ledger)", _tool_calls(tools))
     paths = ", ".join(f"{path} x{count}" for path, count in summary["paths"].items())
     table.add_row("recovery paths", paths or "-")
     table.add_row(

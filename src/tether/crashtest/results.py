@@ -56,6 +56,10 @@ class RoundResult:
     fence_checked: bool | None = None
     """In a stop or pause-in-write round: whether the fence could be checked
     (False: the producer was continued before the turn was taken over)."""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Turns of the tool agent: each tool call, from the tool-call ledger (its
+    tool, ``on_unknown``, runs and attempts, whether a run was cut off, how the
+    answer shows it)."""
 
     @property
     def passed(self) -> bool:
@@ -101,6 +105,7 @@ class RoundResult:
             "expected_tool_runs": self.expected_tool_runs,
             "final_status": self.final_status,
             "fence_checked": self.fence_checked,
+            "tool_calls": self.tool_calls,
             "readers": self.readers,
             "fence": self.fence,
         }
@@ -210,6 +215,7 @@ class CrashTestReport:
             "violations_by_invariant": dict(
                 Counter(v.invariant for r in results for v in r.violations).most_common()
             ),
+            "tool_calls": tool_call_counts(results),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -230,6 +236,34 @@ class CrashTestReport:
             "workdir": self.workdir,
             "results": [result.to_json() for result in self.results],
         }
+
+
+def tool_call_counts(results: Sequence[RoundResult]) -> dict[str, int]:
+    """The tool-call ledger's figures over every turn of the tool agent: how
+    many calls a kill cut off, and whether each ran as its policy says."""
+    calls = [call for result in results for call in result.tool_calls]
+    once = [call for call in calls if call["on_unknown"] != "retry"]
+    retry = [call for call in calls if call["on_unknown"] == "retry"]
+    return {
+        "turns": sum(1 for result in results if result.tool_calls),
+        "calls": len(calls),
+        "runs": sum(call["runs"] for call in calls),
+        "cut_off_at_most_once": sum(1 for call in once if call["cut_off"]),
+        "cut_off_at_most_once_ran_once": sum(
+            1 for call in once if call["cut_off"] and call["runs"] == 1
+        ),
+        "cut_off_at_most_once_shown_unknown": sum(
+            1 for call in once if call["cut_off"] and call["shown"] == "unknown"
+        ),
+        "cut_off_retry": sum(1 for call in retry if call["cut_off"]),
+        "cut_off_retry_ran_again": sum(
+            1
+            for call in retry
+            if call["cut_off"] and call["runs"] > 1 and call["shown"] == "completed"
+        ),
+        "at_most_once_ran_twice": sum(1 for call in once if call["runs"] > 1),
+        "completed_ran_again": sum(1 for call in calls if not call["cut_off"] and call["runs"] > 1),
+    }
 
 
 def _present(values: Iterable[float | None]) -> list[float]:

@@ -15,7 +15,12 @@ then the replica the turns were resumed on; cancel-at-end cancels each turn
 from another replica as its answer ends; unattended kills the producer and
 recovers nothing: each turn's client hangs up at the kill, and only a second
 device, attached through another replica before it, watches the turn finish
-by the replicas' automatic takeover.
+by the replicas' automatic takeover; tool tells the producer, before the turns
+start, to hold its calls of tools with one ``on_unknown`` policy (the tool
+agent's tools record their runs in the tool-call ledger, which the hold is part
+of), waits until every turn's call of that policy has started there, and kills
+it: each turn is cut off inside a tool call, after the checkpoint recording the
+call as started and before the one recording it completed.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from tether.crashtest.cluster import Cluster, Replica
 from tether.crashtest.faults import FaultKind, FaultPlan, FaultPoint, inject
 from tether.crashtest.fence import StoreReader, snapshot
 from tether.crashtest.invariants import (
+    UNKNOWN_OUTCOME,
     CancelEvidence,
     FenceEvidence,
     Observed,
@@ -45,14 +51,17 @@ from tether.crashtest.invariants import (
     SeenEvent,
     Snapshot,
     StoredTurn,
+    ToolCalls,
     Violation,
     check_round,
+    turn_answer,
 )
 from tether.crashtest.recovery import recover
 from tether.crashtest.reference import Reference, has_completed_tool
 from tether.crashtest.results import RoundResult
 from tether.settings import TetherSettings
 from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
+from tether.testing.tool_ledger import ToolLedger, ToolRun
 
 Phase = Callable[[str], None]
 # How long a SIGTERMed replica may take to drain and exit before it is killed.
@@ -102,6 +111,8 @@ class _Evidence:
     fence_void: str | None = None
     """Why the fence cannot be checked: the producer was continued before the
     turn was taken over (the survivors could not take it: see the notes)."""
+    killed_pid: int | None = None
+    """Tool rounds: the process killed inside the turn's tool call."""
 
 
 @dataclass
@@ -210,6 +221,9 @@ async def _play(
         )
         await producer.restart(fault_env={PAUSE_IN_VARIABLE: plan.fault.pause.value})
     runs_before = cluster.tool_runs_by_expression()
+    if plan.fault.hold is not None and producer.pid is not None:
+        # Before the turns start: each one's call then waits for the kill.
+        cluster.ledger.hold(producer.pid, plan.fault.hold)
     ctx.phase(f"round {plan.number}: {len(turns)} turns on {producer.name}")
     for turn in turns:
         turn.first = api.start_turn(
@@ -309,6 +323,8 @@ async def _fail(
                 )
         _mark_fault(active)
         return True
+    if kind is FaultKind.TOOL:
+        return await _kill_inside_tool_calls(ctx, plan, active, within=within)
     lead = active[0]
     assert lead.first is not None
     if not await _reach(lead.first, plan.fault, within=within):
@@ -319,6 +335,53 @@ async def _fail(
     ctx.phase(f"round {plan.number}: {kind} {producer.name} at {plan.fault.describe()}")
     await inject(producer, kind)
     return True
+
+
+async def _kill_inside_tool_calls(
+    ctx: RoundContext, plan: RoundPlan, active: list[_Turn], *, within: float
+) -> bool:
+    """Kill the producer once every turn's held call has started there."""
+    producer, hold, ledger = plan.producer, plan.fault.hold, ctx.cluster.ledger
+    assert hold is not None and producer.pid is not None
+    pid = producer.pid
+    ctx.phase(f"round {plan.number}: waiting for the turns to be inside a {hold} tool call")
+    inside = await _inside_tool_calls(ledger, pid, hold, active, within=within)
+    if not any(inside):
+        ledger.release(pid)
+        for turn in active:
+            turn.result.error = (
+                f"no turn started a call of a {hold} tool on {producer.name} within {within:.0f} s"
+            )
+        return False
+    _mark_fault(active)
+    ctx.phase(f"round {plan.number}: kill {producer.name} inside {sum(inside)} {hold} tool calls")
+    await inject(producer, FaultKind.TOOL)
+    ledger.release(pid)
+    for turn in active:
+        turn.evidence.killed_pid = pid
+    return True
+
+
+async def _inside_tool_calls(
+    ledger: ToolLedger, pid: int, hold: str, active: list[_Turn], *, within: float
+) -> list[bool]:
+    """Wait until each turn has a run of a ``hold`` tool started in process
+    ``pid`` and not ended (it is held there), or its stream ended, or
+    ``within`` seconds passed; which turns are inside such a call."""
+    deadline = time.monotonic() + within
+    while True:
+        held = {run.message_id for run in ledger.runs() if _held_in(run, pid, hold)}
+        inside = [turn.result.message_id in held for turn in active]
+        ended = [t.first is None or t.first.done for t in active]
+        if all(i or e for i, e in zip(inside, ended, strict=True)):
+            return inside
+        if time.monotonic() > deadline:
+            return inside
+        await asyncio.sleep(0.01)
+
+
+def _held_in(run: ToolRun, pid: int, hold: str) -> bool:
+    return run.pid == pid and run.on_unknown == hold and not run.ended
 
 
 def _mark_fault(active: list[_Turn]) -> None:
@@ -687,7 +750,13 @@ async def _check(
             result.notes.append(store_error)
     else:
         store_error = "the store set is not readable from here"
-    result.tool_runs = _tool_runs(turn, active, runs, result)
+    tool_calls = None
+    if turn.reference.ledgered and result.message_id is not None:
+        # The tools recorded their runs by idempotency key: this turn's own.
+        tool_calls = ToolCalls(tuple(cluster.ledger.runs(result.message_id)))
+        result.tool_runs = len(tool_calls.runs)
+    else:
+        result.tool_runs = _tool_runs(turn, active, runs, result)
     fence = None
     if plan.fault.kind.fences:
         if evidence.fence_void is None:
@@ -708,9 +777,15 @@ async def _check(
         last_turn_status=last_turn_status,
         cancel=evidence.cancel,
         conversation_store=ctx.conversation_store,
-        tool_outcome_unknown=_tool_outcome_unknown(turn),
+        tool_outcome_unknown=(
+            bool(tool_calls.retried()) if tool_calls is not None else _tool_outcome_unknown(turn)
+        ),
+        tool_calls=tool_calls,
     )
-    if observed.tool_outcome_unknown and result.tool_runs > turn.reference.expected.tool_runs:
+    if tool_calls is not None:
+        result.tool_calls = _describe_calls(tool_calls, turn_answer(observed))
+        _check_cut_off(plan, turn, tool_calls)
+    elif observed.tool_outcome_unknown and result.tool_runs > turn.reference.expected.tool_runs:
         result.notes.append(
             "the calculator ran once more: the fault came before its result was shown "
             "(and so, maybe, before the checkpoint holding it landed)"
@@ -731,6 +806,45 @@ async def _check(
     _measure(result, evidence)
     result.readers = [_describe(reader) for reader in evidence.readers]
     turn.checked = True
+
+
+def _check_cut_off(plan: RoundPlan, turn: _Turn, calls: ToolCalls) -> None:
+    """A tool round whose kill did not cut this turn's held call off did not run
+    as planned."""
+    hold, pid = plan.fault.hold, turn.evidence.killed_pid
+    if hold is None or pid is None:
+        return
+    if not any(_held_in(run, pid, hold) for run in calls.runs):
+        turn.result.error = f"the kill did not land inside this turn's call of a {hold} tool"
+
+
+def _describe_calls(calls: ToolCalls, answer: dict[str, object] | None) -> list[dict[str, object]]:
+    """Each call of the turn: its tool and policy, its runs, whether one was cut
+    off, and how the answer shows it (``unknown``: the may-or-may-not result)."""
+    parts = answer.get("content_parts") if answer is not None else None
+    shown = [
+        dict(part.get("tool") or {})
+        for part in (parts if isinstance(parts, list) else [])
+        if isinstance(part, dict) and part.get("type") == "tool"
+    ]
+    described = []
+    for index, runs in calls.by_call().items():
+        tool = shown[index] if index < len(shown) else {}
+        status = tool.get("status")
+        if status == "error" and UNKNOWN_OUTCOME in str(tool.get("response")):
+            status = "unknown"
+        described.append(
+            {
+                "call": index,
+                "tool": runs[0].tool,
+                "on_unknown": runs[0].on_unknown,
+                "runs": len(runs),
+                "attempts": [run.attempt for run in runs],
+                "cut_off": any(not run.ended for run in runs),
+                "shown": status,
+            }
+        )
+    return described
 
 
 def _fence(turn: _Turn, stored: StoredTurn | None, store_error: str | None) -> FenceEvidence:
@@ -894,6 +1008,7 @@ async def _tidy_up(
 ) -> None:
     """Leave the cluster whole (and unarmed) for the next round, whatever happened
     in this one."""
+    ctx.cluster.ledger.release()  # a held call goes on (its round is over)
     for task in (state.continue_task, state.deploy_task):
         if task is not None and not task.done():
             task.cancel()

@@ -1,5 +1,9 @@
 """The whole crash test: replicas up, crash-free references, then the rounds.
 
+``tool`` rounds run the tool agent's turns (``--tool-agent``, whose tools record
+their runs in the tool-call ledger); every other round runs the long agent's.
+Each has its own crash-free references of the same prompts.
+
 Everything random (prompts, producers, faults and where they land) comes from one
 ``random.Random(seed)``, so a seed names a run; the timing of real processes is
 the only thing a seed cannot pin down.
@@ -7,17 +11,21 @@ the only thing a seed cannot pin down.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether.cli.load_chat_agent_factory import project_paths
 from tether.crashtest.client import TetherAPI
-from tether.crashtest.cluster import Cluster
-from tether.crashtest.faults import FaultChoice, plan_fault
+from tether.crashtest.cluster import Cluster, ClusterError
+from tether.crashtest.faults import FaultChoice, FaultKind, draw_kind, plan_fault
 from tether.crashtest.fence import StoreReader
-from tether.crashtest.reference import PROMPTS, conversation_prompt, crash_free_runs
+from tether.crashtest.reference import PROMPTS, Reference, conversation_prompt, crash_free_runs
 from tether.crashtest.report import LiveView
 from tether.crashtest.results import CrashTestReport
 from tether.crashtest.rounds import RoundContext, RoundPlan, play_round
@@ -48,6 +56,18 @@ class CrashTestConfig:
     """The writes a pause-in-write round may pause in."""
     via_load_balancer: bool = False
     """Every request through HAProxy in front of the replicas; the client recovers through it."""
+    tool_agent: str = "note-writer"
+    """agent_identifier of the agent ``tool`` rounds run: its tools record their
+    runs in the tool-call ledger (``tether.testing.tool_ledger.recorded``)."""
+
+    @property
+    def tool_rounds(self) -> bool:
+        """Whether rounds may be ``tool`` rounds: ``--fault tool``, or ``mixed``
+        where the project has the tool agent."""
+        if self.fault is FaultChoice.TOOL:
+            return True
+        has_agent = self.tool_agent in project_agents(self.project_dir)
+        return self.fault is FaultChoice.MIXED and has_agent
 
     @property
     def writes(self) -> tuple[WriteKind, ...]:
@@ -88,10 +108,22 @@ class CrashTestConfig:
             "pause_in": [str(write) for write in self.writes],
             "seed": self.seed,
             "agent": self.agent,
+            "tool_agent": self.tool_agent if self.tool_rounds else None,
             "via_load_balancer": self.via_load_balancer,
             "dead_after_s": settings.dead_after,
             "checkpoint_interval_s": settings.checkpoint_interval,
         }
+
+
+def project_agents(project_dir: Path) -> set[str]:
+    """The agent identifiers the project's setups file names (empty if unreadable)."""
+    try:
+        setups = json.loads(project_paths(project_dir)[1].read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(setups, list):
+        return set()
+    return {str(s.get("agent_identifier")) for s in setups if isinstance(s, dict)}
 
 
 def new_report(config: CrashTestConfig) -> CrashTestReport:
@@ -120,6 +152,16 @@ async def run_crash_test(
         for _ in range(config.rounds)
     ]
     writes = config.writes or tuple(WriteKind)
+    agents = project_agents(config.project_dir)
+    if config.fault is FaultChoice.TOOL and config.tool_agent not in agents:
+        raise ClusterError(
+            f"--fault tool runs the agent {config.tool_agent!r} (--tool-agent), which the "
+            f"project {config.project_dir} does not define"
+        )
+    if config.fault is FaultChoice.MIXED and not config.tool_rounds:
+        report.warnings.append(
+            f"no tool rounds: the project has no agent {config.tool_agent!r} (--tool-agent)"
+        )
     cluster = Cluster(
         config.project_dir,
         config.store_url,
@@ -140,11 +182,20 @@ async def run_crash_test(
             front=cluster.front,
             names=cluster.name_at,
         )
+        tool_api = TetherAPI(
+            http,
+            config.tool_agent,
+            conversations=config.conversation_store,
+            front=cluster.front,
+            names=cluster.name_at,
+        )
         unique = list(
             dict.fromkeys(prompt for round_prompts in prompts for prompt in round_prompts)
         )
         view.phase(f"crash-free runs of {len(unique)} prompts (the references)")
-        references, warnings = await crash_free_runs(api, cluster, unique, within=_REFERENCE_WITHIN)
+        references, tool_references, warnings = await _references(
+            config, api, tool_api, cluster, unique
+        )
         report.warnings += warnings
         stores: StoreReader | None = None
         try:
@@ -163,15 +214,19 @@ async def run_crash_test(
         context = RoundContext(
             api, cluster, settings, stores, view.phase, conversation_store=config.conversation_store
         )
+        tool_context = dataclasses.replace(context, api=tool_api)
         for number, round_prompts in enumerate(prompts, start=1):
+            producer = rng.choice(cluster.replicas)
+            kind = draw_kind(rng, config.fault, tool_rounds=config.tool_rounds)
+            round_references = tool_references if kind is FaultKind.TOOL else references
             plan = RoundPlan(
                 number=number,
                 prompts=round_prompts,
-                producer=rng.choice(cluster.replicas),
+                producer=producer,
                 fault=plan_fault(
                     rng,
-                    config.fault,
-                    references[round_prompts[0]].shape,
+                    kind,
+                    round_references[round_prompts[0]].shape,
                     settings.checkpoint_interval,
                     conversations=config.conversations,
                     flush_interval=settings.recording_flush_interval,
@@ -179,7 +234,34 @@ async def run_crash_test(
                 ),
             )
             view.round_started(plan)
-            results = await play_round(context, plan, references)
+            round_context = tool_context if kind is FaultKind.TOOL else context
+            results = await play_round(round_context, plan, round_references)
             report.results += results
             view.round_finished(results)
     return report
+
+
+async def _references(
+    config: CrashTestConfig,
+    api: TetherAPI,
+    tool_api: TetherAPI,
+    cluster: Cluster,
+    prompts: list[str],
+) -> tuple[dict[str, Reference], dict[str, Reference], list[str]]:
+    """The crash-free runs of every prompt, by the long agent and (where rounds
+    may be tool rounds) by the tool agent, all at once; none of an agent no
+    round runs. And the warnings about what cannot be checked."""
+
+    async def no_runs() -> tuple[dict[str, Reference], list[str]]:
+        return {}, []
+
+    within = _REFERENCE_WITHIN
+    (plain, warnings), (tool, _) = await asyncio.gather(
+        crash_free_runs(api, cluster, prompts, within=within)
+        if config.fault is not FaultChoice.TOOL
+        else no_runs(),
+        crash_free_runs(tool_api, cluster, prompts, within=within, ledger=cluster.ledger)
+        if config.tool_rounds
+        else no_runs(),
+    )
+    return plain, tool, warnings
