@@ -19,7 +19,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from typer.testing import CliRunner
@@ -29,6 +29,7 @@ from tether.adapters.conversation import InMemoryChatConversationStore
 from tether.adapters.stream_buffer import InMemoryChatStreamRecordingStore
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
+from tether.crashtest import reference
 from tether.crashtest.client import StreamStatus
 from tether.crashtest.faults import (
     FaultChoice,
@@ -1009,3 +1010,36 @@ async def test_the_ledger_counts_each_run_and_holds_a_call_until_released(
     with running_tool_call(ToolCallContext("m3:0", 0, 1, "call_c")):
         assert await shout.invoke({"text": "y"}) == "Y"
     assert len(ledger.runs()) == 2
+
+
+async def test_crash_free_runs_stream_a_bounded_number_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both agents' crash-free runs share one HTTP client of 100 connections:
+    each agent's stay within ``CRASH_FREE_AT_ONCE`` (all at once, a 1,000-turn
+    run's 80 prompts per agent exhausted the client's pool)."""
+    running = 0
+    most = 0
+    release = asyncio.Event()
+
+    async def run(api: Any, cluster: Any, prompt: str, number: int, *, within: float) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        if running == reference.CRASH_FREE_AT_ONCE:
+            release.set()  # as many as may run at once are running: let them end
+        await release.wait()
+        running -= 1
+        return reference._Run(prompt, f"m{number}", [], TurnShape(1, 1.0, None))
+
+    class Counting:
+        def tool_runs(self) -> int:
+            return 0
+
+    monkeypatch.setattr(reference, "_run", run)
+    prompts = [f"prompt {n}" for n in range(3 * reference.CRASH_FREE_AT_ONCE)]
+    references, _ = await reference.crash_free_runs(
+        cast(Any, None), cast(Any, Counting()), prompts, within=1.0
+    )
+    assert len(references) == len(prompts)
+    assert most == reference.CRASH_FREE_AT_ONCE

@@ -58,6 +58,13 @@ class _Run:
     shape: TurnShape
 
 
+CRASH_FREE_AT_ONCE = 32
+"""Crash-free runs of one agent streamed at once. The long and the tool
+agent's runs go together, over the crash test's one HTTP client and its 100
+connections: with every run at once (a 1,000-turn run has about 80 prompts
+per agent) the client's pool timed out and the crash test could not start."""
+
+
 def conversation_prompt(base: str, slot: int) -> str:
     """The prompt of conversation ``slot`` of a round: ``base`` with an
     expression no other conversation of the round has."""
@@ -110,9 +117,13 @@ async def crash_free_runs(
     run in the ledger, under the turn's message id."""
     runs_before = cluster.tool_runs()
     unique = list(dict.fromkeys(prompts))
-    runs = await asyncio.gather(
-        *(_run(api, cluster, prompt, number, within=within) for number, prompt in enumerate(unique))
-    )
+    gate = asyncio.Semaphore(CRASH_FREE_AT_ONCE)
+
+    async def gated(number: int, prompt: str) -> _Run:
+        async with gate:
+            return await _run(api, cluster, prompt, number, within=within)
+
+    runs = await asyncio.gather(*(gated(number, prompt) for number, prompt in enumerate(unique)))
     if ledger is not None:
         return {run.prompt: _ledgered(run, ledger) for run in runs}, []
     executed = cluster.tool_runs() - runs_before
