@@ -30,6 +30,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.processes]
 
 PROMPT = "Tell me about rivers and the towns along them."
 AGENT = "writer"
+SLOW_AGENT = "slow-writer"
+"""The writer at 250 chunks: a 10 s answer, time enough to queue behind it and
+see the queue on a second tab (which polls every 2 s)."""
 TENANT = "demo"
 ENDED = ("done", "cancelled", "errored")
 
@@ -48,6 +51,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     project = make_project(
         root / "project", chunks_per_second=25, answer_chunks=150, tool_call_after_chunks=5
     )
+    setups_file = project / "agents" / "agent_setups.json"
+    setups = json.loads(setups_file.read_text())
+    writer = next(setup for setup in setups if setup["agent_identifier"] == AGENT)
+    slow = json.loads(json.dumps(writer))
+    slow["agent_identifier"] = SLOW_AGENT
+    slow["agent_configuration"]["llm"]["answer_chunks"] = 250
+    setups_file.write_text(json.dumps([*setups, slow], indent=2))
     store = f"sqlite:///{root}/tether.db"
     env = {"TETHER_TEST_TOOL_LOG": str(root / "tools.log")}
     with two_replicas(project, root, store, env=env) as replicas:
@@ -441,3 +451,133 @@ def test_a_busy_conversation_attaches_instead_of_failing(
         assert not tab.errors
     finally:
         elsewhere.join(60)
+
+
+def _bubbles(tab: ChatPage) -> list[tuple[str, str]]:
+    """Every message on the page, top to bottom: (who, text); a queued one is ``queued``."""
+    return [
+        (str(who), str(text))
+        for who, text in tab.page.evaluate(
+            "() => [...document.querySelectorAll('#transcript > li.message')].map(li => ["
+            " li.classList.contains('queued') ? 'queued'"
+            " : li.classList.contains('user') ? 'user' : 'bot',"
+            " li.querySelector('.text').textContent])"
+        )
+    ]
+
+
+def _queued(tab: ChatPage) -> list[str]:
+    """The messages the page shows as queued (sent, and named by the server)."""
+    return [
+        str(text)
+        for text in tab.page.evaluate(
+            "() => [...document.querySelectorAll('#transcript > li.queued[data-turn] .text')]"
+            ".map(node => node.textContent)"
+        )
+    ]
+
+
+def _answers(tab: ChatPage) -> int:
+    return int(tab.page.locator("#transcript > li.message.bot").count())
+
+
+def test_messages_sent_while_an_answer_runs_are_queued_then_answered_in_order(
+    replicas: Replicas, context: Any, screenshot_dir: Path, user: str
+) -> None:
+    tab = ChatPage.open(context, replicas.one.url, screenshot_dir, "queue")
+    tab.page.select_option("#agent", SLOW_AGENT)
+    tab.page.click("#new button")
+    tab.send(PROMPT)
+    tab.wait_growing(100)
+    session = tab.session_id()
+    other = ChatPage.open(context, f"{replicas.two.url}/#/c/{session}", screenshot_dir, "queue-two")
+    other.wait_growing(150)
+    # While an answer is being written, Send queues and Interrupt is offered.
+    assert tab.page.is_visible("#interrupt") and tab.page.is_visible("#send-hint")
+    assert tab.page.get_attribute("#prompt", "aria-describedby") == "send-hint"
+    assert tab.page.is_enabled("#send")
+
+    follow_ups = ["And the lakes?", "And the seas?", "Never mind this one."]
+    for count, text in enumerate(follow_ups, start=1):
+        tab.send(text)
+        # Shown at once, marked queued, before the next is sent (arrival order).
+        wait_for(lambda n=count: len(_queued(tab)) == n, 10, f"{text!r} to show queued")
+    assert _queued(tab) == follow_ups
+    assert tab.page.input_value("#prompt") == ""
+    assert tab.state() == "streaming", "the first answer goes on"
+    cancel = tab.page.locator("li.queued", has_text=follow_ups[2]).locator("button.cancel-queued")
+    assert str(cancel.get_attribute("aria-label")).startswith("Cancel the queued message")
+    tab.shot("queued")
+    # Every tab of the conversation shows them (the other one on its next poll).
+    wait_for(lambda: _queued(other) == follow_ups, 10, "the other tab to show the queue")
+
+    cancel.click()
+    wait_for(lambda: _queued(tab) == follow_ups[:2], 10, "the cancelled message to go")
+    wait_for(lambda: _queued(other) == follow_ups[:2], 10, "the other tab to drop it")
+
+    # The first answer ends; the next queued message is answered at once,
+    # streaming, without a reload, on both tabs.
+    for screen in (tab, other):
+        wait_for(
+            lambda screen=screen: _queued(screen) == follow_ups[1:2] and _answers(screen) == 2,
+            30,
+            f"{screen.name}: the first queued message to be answered",
+        )
+    before = tab.wait_growing(1)
+    wait_for(lambda: len(tab.text()) > len(before) + 50, 10, "the second answer to grow")
+    assert tab.state() == "streaming"
+    assert [who for who, _ in _bubbles(tab)] == ["user", "bot", "user", "bot", "queued"]
+    tab.shot("next-streaming")
+
+    for screen in (tab, other):
+        wait_for(
+            lambda screen=screen: (
+                not _queued(screen) and _answers(screen) == 3 and screen.state() == "done"
+            ),
+            60,
+            f"{screen.name}: every queued message to be answered",
+        )
+    transcript = _conversation(replicas.two.url, user, session)["messages"]
+    stored = [("user" if m["sender"] == "user" else "bot", m["content"]) for m in transcript]
+    assert [text for who, text in stored if who == "user"] == [PROMPT, *follow_ups[:2]]
+    assert [who for who, _ in stored] == ["user", "bot"] * 3
+    assert all(text for who, text in stored if who == "bot")
+    assert _bubbles(tab) == stored
+    assert _bubbles(other) == stored
+    tab.shot("all-answered")
+    assert not tab.errors and not other.errors
+
+
+def test_interrupt_stops_the_answer_and_answers_the_new_message_now(
+    replicas: Replicas, context: Any, screenshot_dir: Path, user: str
+) -> None:
+    tab = ChatPage.open(context, replicas.one.url, screenshot_dir, "interrupt")
+    tab.send(PROMPT)
+    # Past a recording flush (every 0.5 s): what an interrupt keeps is what
+    # was recorded, as for any cancel.
+    tab.wait_growing(300)
+    session = tab.session_id()
+    button = tab.page.locator("#interrupt")
+    assert button.is_visible() and "Control+Enter" in str(button.get_attribute("aria-keyshortcuts"))
+
+    tab.page.fill("#prompt", "Actually, tell me about lakes.")
+    button.click()
+    first = tab.page.locator("#transcript > li.message.bot").first
+    wait_for(lambda: "Interrupted" in first.inner_text(), 10, "the answer to say interrupted")
+    wait_for(lambda: _answers(tab) == 2 and tab.state() == "streaming", 10, "the new answer")
+    tab.shot("interrupted")
+    wait_for(lambda: _answers(tab) == 2 and tab.state() == "done", 30, "the new answer's end")
+    assert not _queued(tab)
+
+    transcript = _conversation(replicas.two.url, user, session)
+    stored = [
+        ("user" if m["sender"] == "user" else "bot", m["content"]) for m in transcript["messages"]
+    ]
+    assert [who for who, _ in stored] == ["user", "bot", "user", "bot"]
+    assert stored[0][1] == PROMPT and stored[2][1] == "Actually, tell me about lakes."
+    assert stored[1][1], "the interrupted answer keeps what it wrote"
+    # The page shows what was kept of the interrupted answer, and the new one whole.
+    assert _bubbles(tab) == stored
+    assert transcript["conversation"]["last_turn_status"] == "complete"
+    tab.shot("interrupt-done")
+    assert not tab.errors

@@ -171,6 +171,26 @@ async def test_the_client_resumes_where_no_replica_takes_over(node: str, tmp_pat
             raise
 
 
+@pytest.mark.processes
+@pytest.mark.timeout(NODE_TIMEOUT + 60)
+async def test_the_client_queues_interrupts_and_follows_queued_turns(
+    node: str, tmp_path: Path
+) -> None:
+    """Double texting against three replicas: turns queued behind a running
+    one (``enqueue``) run in order, a queued one is cancelled, followed from
+    a second screen, and recovered when the replica its stream waited on is
+    SIGKILLed (r3); ``interrupt`` starts at once."""
+    cluster, tool_log = _cluster(tmp_path, 3, {})
+    async with cluster:
+        env = _replicas_env(cluster, tool_log)
+        try:
+            await asyncio.to_thread(_run_node, node, ["test/queue.test.js"], env)
+        except AssertionError:
+            for replica in cluster.replicas:
+                print(f"--- {replica.name}\n{replica.log_tail()}")
+            raise
+
+
 async def test_the_chat_page_imports_the_clients_own_modules() -> None:
     """One implementation: the page's modules import the package's, which
     ``tether serve`` serves from the Python package (no Node needed)."""

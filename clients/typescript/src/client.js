@@ -65,7 +65,9 @@ export class TetherClient {
    * connection). Refusals are thrown as their TetherHttpError (a busy
    * conversation: ConversationBusyError, naming its `occupant`). A request
    * whose answer was lost is not sent twice: the status tells whether it
-   * started (see `Turn.start`).
+   * started (see `Turn.start`). With `multitaskStrategy: "enqueue"` a busy
+   * conversation queues the turn: it resolves at once with `turn.queued` and
+   * `turn.position`, and the turn's messages come once it starts.
    * @param {TurnRequest} request
    * @param {CallOptions} [options]
    * @returns {Promise<Turn>}
@@ -84,6 +86,7 @@ export class TetherClient {
       recoverable: stateful,
     });
     const last = conversation.at(-1);
+    const strategy = request.multitaskStrategy ?? "reject";
     await turn.start({
       body: {
         agent_identifier: request.agent,
@@ -92,9 +95,12 @@ export class TetherClient {
         session_id: sessionId,
         bot_params: request.botParams,
         conversation_context: request.conversationContext,
+        // The default is the server's: left out, for servers that predate it.
+        multitask_strategy: strategy === "reject" ? undefined : strategy,
       },
       ownSession: request.sessionId === undefined,
       content: last?.sender === "user" ? (last.content ?? "") : null,
+      enqueue: strategy === "enqueue",
     });
     return turn;
   }
@@ -116,7 +122,8 @@ export class TetherClient {
   }
 
   /**
-   * Which turn occupies the conversation, and its verdict; null when it has had none.
+   * Which turn occupies the conversation, and its verdict, with the turns
+   * queued after it (`queue`); null when it has had none.
    * @param {string} sessionId
    * @param {CallOptions} [options]
    * @returns {Promise<TurnStatus | null>}
@@ -149,9 +156,10 @@ export class TetherClient {
   }
 
   /**
-   * Cancel a turn, from any replica; the partial answer is kept. A turn that
-   * has already ended is a GoneError; one that changes hands meanwhile (a
-   * takeover) is cancelled with its new owner.
+   * Cancel a turn, from any replica; the partial answer is kept. A queued
+   * turn leaves the queue (it never runs). A turn that has already ended is a
+   * GoneError; one that changes hands meanwhile (a takeover) is cancelled
+   * with its new owner.
    * @param {string} sessionId
    * @param {string} messageId
    * @param {CallOptions} [options]

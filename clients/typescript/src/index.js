@@ -33,7 +33,10 @@ export { Turn } from "./turn.js";
  * @typedef {import("./types.js").ContentPart} ContentPart
  * @typedef {import("./types.js").ToolCall} ToolCall
  * @typedef {import("./types.js").TurnRequest} TurnRequest
+ * @typedef {import("./types.js").MultitaskStrategy} MultitaskStrategy
  * @typedef {import("./types.js").TurnStatus} TurnStatus
+ * @typedef {import("./types.js").QueuedMessage} QueuedMessage
+ * @typedef {import("./types.js").QueuedMark} QueuedMark
  * @typedef {import("./types.js").ConversationSummary} ConversationSummary
  * @typedef {import("./types.js").ConversationPage} ConversationPage
  * @typedef {import("./types.js").Conversation} Conversation

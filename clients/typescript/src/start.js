@@ -5,7 +5,9 @@
 // reset, a proxy's 502 or 504, or a 409 after such a loss) may have started
 // the turn, and sending it again could answer the same message twice. So the
 // status is asked instead: no turn, send it again; a turn that surely
-// answers this message, follow it; any other turn, TurnOutcomeUnknownError.
+// answers this message, follow it (with `enqueue`: the last message waiting
+// in the status's queue, when it is this one); any other turn,
+// TurnOutcomeUnknownError.
 
 import {
   BadGatewayError,
@@ -29,17 +31,19 @@ import { openStream } from "./stream.js";
  * @property {boolean} ownSession  the session id is one this client made up: any turn
  *   in it is this one
  * @property {string | null} content  the user's new message, to know it in the transcript
+ * @property {boolean} enqueue  sent with `multitask_strategy: "enqueue"`: it may wait in the queue
  * @property {boolean} recoverable  stateful: a status knows it
  * @property {AbortSignal} signal
  */
 
 /**
  * Send the turn: its stream once a replica accepted it, or, when the answer
- * was lost but the turn surely started, its message id (to follow it
- * through recovery). Refusals are thrown as their TetherHttpError.
+ * was lost but the turn surely started (or was queued: `position`), its
+ * message id (to follow it through recovery). Refusals are thrown as their
+ * TetherHttpError.
  * @param {TetherClient} client
  * @param {NewTurn} turn
- * @returns {Promise<{stream: Stream} | {adopted: string}>}
+ * @returns {Promise<{stream: Stream} | Adopted>}
  */
 export async function sendTurn(client, turn) {
   const deadline = Date.now() + client.recoveryTimeoutMs;
@@ -73,7 +77,7 @@ export async function sendTurn(client, turn) {
       if (lost) {
         maybeStarted = true;
         const adopted = await startedAnyway(client, turn, deadline);
-        if (adopted !== null) return { adopted };
+        if (adopted !== null) return adopted;
       }
       await pause(error, failures++, client.retryDelaysMs, turn.signal);
     }
@@ -81,12 +85,17 @@ export async function sendTurn(client, turn) {
 }
 
 /**
- * After a lost answer: the message id of the turn it started, or null when
- * the conversation has no turn (nothing started: send it again).
+ * A turn a lost request started (`position` null) or queued.
+ * @typedef {{adopted: string, position: number | null}} Adopted
+ */
+
+/**
+ * After a lost answer: the turn it started or queued, or null when the
+ * conversation has no turn (nothing started: send it again).
  * @param {TetherClient} client
  * @param {NewTurn} turn
  * @param {number} deadline
- * @returns {Promise<string | null>}
+ * @returns {Promise<Adopted | null>}
  */
 async function startedAnyway(client, turn, deadline) {
   let failures = 0;
@@ -100,8 +109,13 @@ async function startedAnyway(client, turn, deadline) {
       continue;
     }
     if (status === null) return null;
+    const waiting = status.queue ?? [];
+    const last = waiting.at(-1);
+    if (turn.enqueue && last && (turn.ownSession || last.content === (turn.content ?? ""))) {
+      return { adopted: last.message_id, position: waiting.length };
+    }
     if (turn.ownSession || (await answers(client, turn, status.message_id))) {
-      return status.message_id;
+      return { adopted: status.message_id, position: null };
     }
     throw new TurnOutcomeUnknownError(
       `the request for a new turn was lost, and the conversation's turn ` +

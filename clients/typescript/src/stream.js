@@ -50,11 +50,18 @@ export async function openStream(via, request, turnSignal) {
 }
 
 /**
- * The stream's messages (`new_message`: its id and the message), in order;
- * returns how it ended. The connection is closed when reading stops.
+ * What a stream hands on: a message (`new_message`: its id and the message),
+ * or, first on the 202 answer to an enqueued turn, `queued` (its place in line).
+ * @typedef {{type: "message", eventId: string, message: ChatMessage}
+ *   | {type: "queued", messageId: string, position: number | null}} StreamItem
+ */
+
+/**
+ * The stream's messages, in order, and its `queued` event; returns how it
+ * ended. The connection is closed when reading stops.
  * @param {Stream} stream
  * @param {number} idleMs  silence for this long breaks the stream
- * @returns {AsyncGenerator<{eventId: string, message: ChatMessage}, ReadOutcome, undefined>}
+ * @returns {AsyncGenerator<StreamItem, ReadOutcome, undefined>}
  */
 export async function* readStream(stream, idleMs) {
   /** @type {string | null} */
@@ -75,7 +82,12 @@ export async function* readStream(stream, idleMs) {
   try {
     for await (const event of readEvents(body, { onBytes: alive })) {
       if (event.event === "new_message") {
-        yield { eventId: event.id, message: /** @type {ChatMessage} */ (JSON.parse(event.data)) };
+        const message = /** @type {ChatMessage} */ (JSON.parse(event.data));
+        yield { type: "message", eventId: event.id, message };
+      } else if (event.event === "queued") {
+        const said = JSON.parse(event.data);
+        const position = typeof said.position === "number" ? said.position : null;
+        yield { type: "queued", messageId: String(said.message_id ?? ""), position };
       } else if (event.event === "stream_status") {
         reason = String(JSON.parse(event.data).reason);
       } else if (event.event === "error") {

@@ -12,6 +12,12 @@
 // ends with `dead` or `gone`, or ends with no verdict goes back to step 1, on
 // the next replica. Each message is handed on once, in index order: an index
 // at or below one already handed on is dropped.
+//
+// A turn queued behind others (`enqueue`, answered 202) is not the status's
+// turn while it waits: the status lists it in `queue`, and the client
+// attaches to it there (the attach waits for it to start). One that left
+// the queue without starting, and so left nothing in the transcript, ended
+// `cancelled`.
 
 import {
   ConversationBusyError,
@@ -30,7 +36,7 @@ import { openStream, parseEventId, readStream } from "./stream.js";
 /** @import { TetherClient } from "./client.js" */
 /** @import { RequestOptions } from "./replicas.js" */
 /** @import { NewTurn } from "./start.js" */
-/** @import { Stream } from "./stream.js" */
+/** @import { ReadOutcome, Stream, StreamItem } from "./stream.js" */
 
 const FINAL = new Set(["done", "errored", "cancelled"]);
 const MESSAGE_ID_HEADER = "X-Tether-Message-Id";
@@ -48,10 +54,11 @@ const MESSAGE_ID_HEADER = "X-Tether-Message-Id";
  */
 
 /**
- * What the status says to do next.
- * @typedef {{kind: "stream", stream: Stream}
+ * What the status says to do next (`position`: the stream is an attach to a
+ * turn waiting in the queue, there).
+ * @typedef {{kind: "stream", stream: Stream, position?: number}
  *   | {kind: "end", reason: EndReason}
- *   | {kind: "transcript", reason: EndReason | null}
+ *   | {kind: "transcript", reason: EndReason | null, displaced?: boolean}
  *   | {kind: "retry", cause: RecoveryCause, error: unknown}} Step
  */
 
@@ -63,6 +70,13 @@ export class Turn {
   #abort = new AbortController();
   /** @type {Stream | null} */
   #first = null;
+  /**
+   * The reader of the start's stream when `start()` read its first event (a
+   * 202's `queued`), with that event, for `events()` to go on from.
+   * @type {{stream: Stream, items: AsyncGenerator<StreamItem, ReadOutcome, undefined>,
+   *   first: IteratorResult<StreamItem, ReadOutcome>} | null}
+   */
+  #reader = null;
   #consumed = false;
   /** whether this client read part of the turn: then its end must be read, not assumed */
   #followed = false;
@@ -94,6 +108,17 @@ export class Turn {
     this.message = null;
     /** The replica of the stream being read. @type {string | null} */
     this.url = null;
+    /**
+     * Whether the server queued the turn behind others (`enqueue` on a busy
+     * conversation) rather than start it at once.
+     */
+    this.queued = false;
+    /**
+     * Its place in the conversation's queue (1: next) when the client last
+     * heard it waited; null for a turn that never waited.
+     * @type {number | null}
+     */
+    this.position = null;
     /**
      * How it ended, once it has.
      * @type {{reason: EndReason, error: StreamFailure | null} | null}
@@ -138,12 +163,23 @@ export class Turn {
     });
     if ("adopted" in sent) {
       this.#adopt(sent.adopted);
+      if (sent.position !== null) this.#waits(sent.position);
       this.#followed = true; // this client's own turn: its whole answer is wanted
       return;
     }
-    this.#first = sent.stream;
-    const messageId = sent.stream.response.headers.get(MESSAGE_ID_HEADER);
+    const stream = sent.stream;
+    this.#first = stream;
+    const messageId = stream.response.headers.get(MESSAGE_ID_HEADER);
     if (messageId) this.#adopt(messageId);
+    if (stream.response.status === 202) {
+      // Queued. Its first event says where it waits: read now, so that the
+      // caller knows before the turn starts.
+      this.queued = true;
+      const items = readStream(stream, this.client.idleTimeoutMs);
+      const first = await items.next();
+      if (!first.done && first.value.type === "queued") this.#waits(first.value.position);
+      this.#reader = { stream, items, first };
+    }
   }
 
   /** The answer so far, message by message; throws TurnFailedError if the turn ends errored. */
@@ -169,6 +205,8 @@ export class Turn {
     let trustFinal = false;
     let failures = 0;
     let progressAt = Date.now();
+    /** @type {number | null} the place in the queue of the turn the next stream attaches to */
+    let waitsAt = null;
     try {
       for (;;) {
         if (this.closed) return;
@@ -192,23 +230,37 @@ export class Turn {
             return;
           }
           if (step.kind === "transcript") {
-            yield* this.#fromTranscript(step.reason);
-            return;
+            const waiting = yield* this.#fromTranscript(step.reason, step.displaced ?? false);
+            if (!waiting) return;
+            await this.#pause(null, failures++);
+            continue;
           }
           stream = step.stream;
+          waitsAt = step.position ?? null;
+          // Known to wait before its `turn` event, for whoever reads them.
+          if (waitsAt !== null) this.#waits(waitsAt);
         }
         this.url = stream.url;
         this.#followed = true;
         yield* this.#announce();
         yield { type: "stream", via: stream.via, url: stream.url };
+        if (waitsAt !== null) {
+          yield {
+            type: "queued",
+            messageId: /** @type {string} */ (this.messageId),
+            position: waitsAt,
+          };
+          waitsAt = null;
+        }
         const before = this.#lastIndex;
         const outcome = yield* this.#read(stream);
         stream = null;
         const progressed = this.#lastIndex > before;
-        if (progressed) {
+        if (progressed || (this.queued && this.#lastIndex === -1)) {
+          // A wait in the queue, however long, was no failure either.
           progressAt = Date.now();
-          failures = 0;
         }
+        if (progressed) failures = 0;
         if (outcome.kind === "verdict" && FINAL.has(outcome.reason)) {
           yield this.#end(/** @type {EndReason} */ (outcome.reason), outcome.error);
           return;
@@ -272,8 +324,19 @@ export class Turn {
     }
     if (this.messageId === null) this.#adopt(status.message_id);
     if (status.message_id !== this.messageId) {
-      // A newer turn holds the conversation: this one is over.
-      return { kind: "transcript", reason: null };
+      const place = (status.queue ?? []).findIndex((entry) => entry.message_id === this.messageId);
+      if (place !== -1) {
+        // Still waiting its turn: the attach waits for it to start.
+        try {
+          return { kind: "stream", stream: await this.#attach(url), position: place + 1 };
+        } catch (error) {
+          return this.#refused(error, url);
+        }
+      }
+      // A newer turn holds the conversation: this one is over. After a clean
+      // close of its stream, done (the queue's next turn started at once);
+      // else the transcript tells what it can.
+      return { kind: "transcript", reason: trustFinal ? "done" : null, displaced: true };
     }
     const verdict = status.status;
     if (FINAL.has(verdict) && (trustFinal || !this.#followed)) {
@@ -294,13 +357,25 @@ export class Turn {
       if (ended && FINAL.has(verdict)) {
         return { kind: "transcript", reason: /** @type {EndReason} */ (verdict) };
       }
-      if (ended || error instanceof ConversationBusyError) {
-        return { kind: "retry", cause: "refused", error };
-      }
-      const step = retry(error);
-      this.client.replicas.skip(url);
-      return step;
+      return this.#refused(error, url);
     }
+  }
+
+  /**
+   * An attach or resume refused: ask again (after a pause; elsewhere when
+   * that replica cannot serve), or throw what is no passing failure.
+   * @param {unknown} error
+   * @param {string} url
+   * @returns {Step}
+   */
+  #refused(error, url) {
+    const ended = error instanceof GoneError || isMissingTurn(error);
+    if (ended || error instanceof ConversationBusyError) {
+      return { kind: "retry", cause: "refused", error };
+    }
+    const step = retry(error);
+    this.client.replicas.skip(url);
+    return step;
   }
 
   /** @param {string} url */
@@ -356,12 +431,23 @@ export class Turn {
    * @returns {AsyncGenerator<TurnEvent, import("./stream.js").ReadOutcome, undefined>}
    */
   async *#read(stream) {
-    const messages = readStream(stream, this.client.idleTimeoutMs);
+    const started = this.#reader?.stream === stream ? this.#reader : null;
+    this.#reader = null;
+    const messages = started?.items ?? readStream(stream, this.client.idleTimeoutMs);
+    let pending = started?.first ?? null;
     try {
       for (;;) {
-        const next = await messages.next();
+        const next = pending ?? (await messages.next());
+        pending = null;
         if (next.done) return next.value;
-        const { eventId, message } = next.value;
+        const item = next.value;
+        if (item.type === "queued") {
+          this.#waits(item.position);
+          const messageId = this.messageId ?? item.messageId;
+          yield { type: "queued", messageId, position: item.position };
+          continue;
+        }
+        const { eventId, message } = item;
         const index = this.#accept(eventId);
         if (index === null) continue;
         this.message = message;
@@ -406,15 +492,27 @@ export class Turn {
     this.#followed = true;
   }
 
+  /**
+   * The turn waits in its conversation's queue, at `position`.
+   * @param {number | null} position
+   */
+  #waits(position) {
+    this.queued = true;
+    this.position = position;
+  }
+
   // --------------------------------------------------------------- endings
 
   /**
    * The end, read from the stored transcript: the turn's final message (when
    * this client had not seen it) and the conversation's last-turn status.
+   * Returns true, having ended nothing, when its message still waits in the
+   * queue (ask the status again).
    * @param {EndReason | null} reason  the verdict, when the status still said it
-   * @returns {AsyncGenerator<TurnEvent, void, undefined>}
+   * @param {boolean} displaced  the status named a newer turn
+   * @returns {AsyncGenerator<TurnEvent, boolean, undefined>}
    */
-  async *#fromTranscript(reason) {
+  async *#fromTranscript(reason, displaced) {
     yield* this.#announce();
     let conversation;
     try {
@@ -424,10 +522,24 @@ export class Turn {
     } catch (error) {
       if (!(error instanceof NotFoundError)) throw error;
       yield this.#end(reason ?? "unknown", null);
-      return;
+      return false;
     }
     const messages = conversation.messages;
+    const ids = new Set(messages.map((m) => m.message_id));
+    if (this.queued && !ids.has(`${this.messageId}-user`)) {
+      if (ids.has(`${this.messageId}-queued`)) return true;
+      // It left the queue without starting (cancelled, or dropped for it
+      // could never run), as its own stream would have said.
+      yield this.#end("cancelled", null);
+      return false;
+    }
     const mine = messages.findLast((m) => m.sender === "bot" && m.message_id === this.messageId);
+    if (!mine && displaced && reason === null) {
+      // A newer turn took the conversation before this one recorded an
+      // answer: an interrupt or a rollback, or a cancel.
+      yield this.#end("cancelled", null);
+      return false;
+    }
     if (mine && mine.content !== this.message?.content) {
       this.message = mine;
       yield { type: "message", message: mine, eventId: null, index: null };
@@ -438,6 +550,7 @@ export class Turn {
       else if (last === "errored" || last === "cancelled") reason = last;
     }
     yield this.#end(reason ?? "unknown", null);
+    return false;
   }
 
   /** @returns {Generator<TurnEvent, void, undefined>} */

@@ -16,6 +16,17 @@
  * @property {{name: string, params?: Record<string, unknown>} | null} [function_call_request]
  * @property {{name: string, response?: unknown} | null} [function_call_response]
  * @property {Record<string, unknown> | null} [custom_input]
+ * @property {QueuedMark | null} [queued]  set on a user message waiting in the
+ *   conversation's queue (its `message_id` is then `<turn>-queued`); gone once its turn starts
+ */
+
+/**
+ * The mark of a user message waiting in its conversation's queue
+ * (`multitaskStrategy: "enqueue"`): the turn it will start, in arrival order.
+ * @typedef {object} QueuedMark
+ * @property {string} message_id  the id of the turn it will start
+ * @property {string} agent_identifier
+ * @property {string} enqueued_at
  */
 
 /**
@@ -50,6 +61,17 @@
  *   can be resumed on another replica when its own dies
  * @property {Record<string, unknown>} [botParams]
  * @property {Record<string, unknown>} [conversationContext]
+ * @property {MultitaskStrategy} [multitaskStrategy]  when another turn occupies the
+ *   conversation; default `reject`
+ */
+
+/**
+ * What a new turn does when another turn occupies its conversation:
+ * `reject` (ConversationBusyError), `enqueue` (wait, and run after the turns
+ * before it: `turn.queued`, `turn.position`), `interrupt` (cancel it, its
+ * partial answer kept, and start at once) or `rollback` (interrupt, and
+ * remove the interrupted turn from the transcript).
+ * @typedef {"reject" | "enqueue" | "interrupt" | "rollback"} MultitaskStrategy
  */
 
 /**
@@ -60,6 +82,15 @@
  * @property {"running" | "done" | "errored" | "cancelled" | "dead"} status
  * @property {number} epoch
  * @property {string | null} [heartbeat_at]
+ * @property {QueuedMessage[]} [queue]  the turns waiting after it, in the order they will run
+ */
+
+/**
+ * A message waiting in a conversation's queue, as the status lists it.
+ * @typedef {object} QueuedMessage
+ * @property {string} message_id  the id of the turn it will start
+ * @property {string} enqueued_at
+ * @property {string} content
  */
 
 /**
@@ -100,10 +131,11 @@
 
 /**
  * How a turn ended, as far as this client can tell: `done`, `errored` and
- * `cancelled` are the server's verdicts; `none`: the conversation has no turn
+ * `cancelled` are the server's verdicts (a queued turn that left the queue
+ * without starting ends `cancelled`); `none`: the conversation has no turn
  * to follow; `unknown`: the turn is over but its verdict is no longer kept
- * (its status rows are removed a grace period after it ends): read the
- * conversation.
+ * (its status rows are removed a grace period after it ends, or a newer turn
+ * holds the conversation): read the conversation.
  * @typedef {"done" | "errored" | "cancelled" | "none" | "unknown"} EndReason
  */
 
@@ -123,12 +155,15 @@
  * - `turn`: the turn followed is known (or, for `follow`, found);
  * - `stream`: a stream of it is open: the one that started it, an attach, or
  *   this client's resume of a dead turn;
+ * - `queued`: it waits in the conversation's queue (`enqueue`), at `position`
+ *   (1: next); its messages come once it starts;
  * - `message`: the answer so far (cumulative), with its stream id and index
  *   (both null for a final message read from the transcript);
  * - `recovering`: the stream is over without a verdict; the client looks again;
  * - `end`: the last event.
  * @typedef {{type: "turn", messageId: string}
  *   | {type: "stream", via: "start" | "attach" | "resume", url: string}
+ *   | {type: "queued", messageId: string, position: number | null}
  *   | {type: "message", message: ChatMessage, eventId: string | null, index: number | null}
  *   | {type: "recovering", cause: RecoveryCause, error: unknown}
  *   | {type: "end", reason: EndReason, error: StreamFailure | null}} TurnEvent

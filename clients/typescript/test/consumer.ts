@@ -31,8 +31,20 @@ export async function example(): Promise<string> {
     if (seen.type === "message") answer = seen.message;
     if (seen.type === "end" && seen.reason === "cancelled") break;
   }
+  const queued = await client.startTurn({
+    agent: "assistant",
+    content: "And then?",
+    sessionId: "session-1",
+    multitaskStrategy: "enqueue",
+  });
+  const place: number | null = queued.queued ? queued.position : null;
+  for await (const event of queued.events()) {
+    if (event.type === "queued")
+      answer = { sender: "user", content: `#${event.position ?? place}` };
+  }
+  const waiting = (await client.status("session-1"))?.queue?.map((entry) => entry.content);
   const page = await client.listConversations({ limit: 10 });
   const first = page.items[0]?.session_id;
   if (first) await client.shareConversation(first, true);
-  return answer?.content ?? "";
+  return answer?.content ?? waiting?.join() ?? "";
 }

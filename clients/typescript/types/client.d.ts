@@ -26,7 +26,9 @@ export class TetherClient {
      * connection). Refusals are thrown as their TetherHttpError (a busy
      * conversation: ConversationBusyError, naming its `occupant`). A request
      * whose answer was lost is not sent twice: the status tells whether it
-     * started (see `Turn.start`).
+     * started (see `Turn.start`). With `multitaskStrategy: "enqueue"` a busy
+     * conversation queues the turn: it resolves at once with `turn.queued` and
+     * `turn.position`, and the turn's messages come once it starts.
      * @param {TurnRequest} request
      * @param {CallOptions} [options]
      * @returns {Promise<Turn>}
@@ -50,7 +52,8 @@ export class TetherClient {
         agent?: string;
     } & CallOptions): Turn;
     /**
-     * Which turn occupies the conversation, and its verdict; null when it has had none.
+     * Which turn occupies the conversation, and its verdict, with the turns
+     * queued after it (`queue`); null when it has had none.
      * @param {string} sessionId
      * @param {CallOptions} [options]
      * @returns {Promise<TurnStatus | null>}
@@ -67,9 +70,10 @@ export class TetherClient {
         url: string;
     }>;
     /**
-     * Cancel a turn, from any replica; the partial answer is kept. A turn that
-     * has already ended is a GoneError; one that changes hands meanwhile (a
-     * takeover) is cancelled with its new owner.
+     * Cancel a turn, from any replica; the partial answer is kept. A queued
+     * turn leaves the queue (it never runs). A turn that has already ended is a
+     * GoneError; one that changes hands meanwhile (a takeover) is cancelled
+     * with its new owner.
      * @param {string} sessionId
      * @param {string} messageId
      * @param {CallOptions} [options]

@@ -27,16 +27,19 @@ export function openStream(via: Stream["via"], request: (signal: AbortSignal) =>
     url: string;
 }>, turnSignal: AbortSignal): Promise<Stream>;
 /**
- * The stream's messages (`new_message`: its id and the message), in order;
- * returns how it ended. The connection is closed when reading stops.
+ * What a stream hands on: a message (`new_message`: its id and the message),
+ * or, first on the 202 answer to an enqueued turn, `queued` (its place in line).
+ * @typedef {{type: "message", eventId: string, message: ChatMessage}
+ *   | {type: "queued", messageId: string, position: number | null}} StreamItem
+ */
+/**
+ * The stream's messages, in order, and its `queued` event; returns how it
+ * ended. The connection is closed when reading stops.
  * @param {Stream} stream
  * @param {number} idleMs  silence for this long breaks the stream
- * @returns {AsyncGenerator<{eventId: string, message: ChatMessage}, ReadOutcome, undefined>}
+ * @returns {AsyncGenerator<StreamItem, ReadOutcome, undefined>}
  */
-export function readStream(stream: Stream, idleMs: number): AsyncGenerator<{
-    eventId: string;
-    message: ChatMessage;
-}, ReadOutcome, undefined>;
+export function readStream(stream: Stream, idleMs: number): AsyncGenerator<StreamItem, ReadOutcome, undefined>;
 /**
  * The turn and index an event id names (`<message_id>:<index>`), or null.
  * @param {string | null | undefined} eventId
@@ -75,5 +78,18 @@ export type ReadOutcome = {
     kind: "broken";
     error: unknown;
 };
-import type { ChatMessage } from "./types.js";
+/**
+ * What a stream hands on: a message (`new_message`: its id and the message),
+ * or, first on the 202 answer to an enqueued turn, `queued` (its place in line).
+ */
+export type StreamItem = {
+    type: "message";
+    eventId: string;
+    message: ChatMessage;
+} | {
+    type: "queued";
+    messageId: string;
+    position: number | null;
+};
 import type { StreamFailure } from "./types.js";
+import type { ChatMessage } from "./types.js";

@@ -10,10 +10,11 @@
  *   `stateful: false`, which no status knows and no replica can resume
  */
 /**
- * What the status says to do next.
- * @typedef {{kind: "stream", stream: Stream}
+ * What the status says to do next (`position`: the stream is an attach to a
+ * turn waiting in the queue, there).
+ * @typedef {{kind: "stream", stream: Stream, position?: number}
  *   | {kind: "end", reason: EndReason}
- *   | {kind: "transcript", reason: EndReason | null}
+ *   | {kind: "transcript", reason: EndReason | null, displaced?: boolean}
  *   | {kind: "retry", cause: RecoveryCause, error: unknown}} Step
  */
 /**
@@ -40,6 +41,17 @@ export class Turn {
     message: ChatMessage | null;
     /** The replica of the stream being read. @type {string | null} */
     url: string | null;
+    /**
+     * Whether the server queued the turn behind others (`enqueue` on a busy
+     * conversation) rather than start it at once.
+     */
+    queued: boolean;
+    /**
+     * Its place in the conversation's queue (1: next) when the client last
+     * heard it waited; null for a turn that never waited.
+     * @type {number | null}
+     */
+    position: number | null;
     /**
      * How it ended, once it has.
      * @type {{reason: EndReason, error: StreamFailure | null} | null}
@@ -95,17 +107,20 @@ export type TurnOptions = {
     recoverable?: boolean | undefined;
 };
 /**
- * What the status says to do next.
+ * What the status says to do next (`position`: the stream is an attach to a
+ * turn waiting in the queue, there).
  */
 export type Step = {
     kind: "stream";
     stream: Stream;
+    position?: number;
 } | {
     kind: "end";
     reason: EndReason;
 } | {
     kind: "transcript";
     reason: EndReason | null;
+    displaced?: boolean;
 } | {
     kind: "retry";
     cause: RecoveryCause;

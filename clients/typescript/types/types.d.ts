@@ -17,6 +17,23 @@ export type ChatMessage = {
         response?: unknown;
     } | null | undefined;
     custom_input?: Record<string, unknown> | null | undefined;
+    /**
+     * set on a user message waiting in the
+     * conversation's queue (its `message_id` is then `<turn>-queued`); gone once its turn starts
+     */
+    queued?: QueuedMark | null | undefined;
+};
+/**
+ * The mark of a user message waiting in its conversation's queue
+ * (`multitaskStrategy: "enqueue"`): the turn it will start, in arrival order.
+ */
+export type QueuedMark = {
+    /**
+     * the id of the turn it will start
+     */
+    message_id: string;
+    agent_identifier: string;
+    enqueued_at: string;
 };
 /**
  * A part of a message beside its text: a tool call, a table, or context for the client.
@@ -69,7 +86,20 @@ export type TurnRequest = {
     stateful?: boolean | undefined;
     botParams?: Record<string, unknown> | undefined;
     conversationContext?: Record<string, unknown> | undefined;
+    /**
+     * when another turn occupies the
+     * conversation; default `reject`
+     */
+    multitaskStrategy?: MultitaskStrategy | undefined;
 };
+/**
+ * What a new turn does when another turn occupies its conversation:
+ * `reject` (ConversationBusyError), `enqueue` (wait, and run after the turns
+ * before it: `turn.queued`, `turn.position`), `interrupt` (cancel it, its
+ * partial answer kept, and start at once) or `rollback` (interrupt, and
+ * remove the interrupted turn from the transcript).
+ */
+export type MultitaskStrategy = "reject" | "enqueue" | "interrupt" | "rollback";
 /**
  * Which turn occupies a conversation (`GET /chat/stream/status`).
  */
@@ -79,6 +109,21 @@ export type TurnStatus = {
     status: "running" | "done" | "errored" | "cancelled" | "dead";
     epoch: number;
     heartbeat_at?: string | null | undefined;
+    /**
+     * the turns waiting after it, in the order they will run
+     */
+    queue?: QueuedMessage[] | undefined;
+};
+/**
+ * A message waiting in a conversation's queue, as the status lists it.
+ */
+export type QueuedMessage = {
+    /**
+     * the id of the turn it will start
+     */
+    message_id: string;
+    enqueued_at: string;
+    content: string;
 };
 /**
  * A conversation as listed: ids, owner, sharing and the last turn's status.
@@ -124,10 +169,11 @@ export type StreamFailure = {
 };
 /**
  * How a turn ended, as far as this client can tell: `done`, `errored` and
- * `cancelled` are the server's verdicts; `none`: the conversation has no turn
+ * `cancelled` are the server's verdicts (a queued turn that left the queue
+ * without starting ends `cancelled`); `none`: the conversation has no turn
  * to follow; `unknown`: the turn is over but its verdict is no longer kept
- * (its status rows are removed a grace period after it ends): read the
- * conversation.
+ * (its status rows are removed a grace period after it ends, or a newer turn
+ * holds the conversation): read the conversation.
  */
 export type EndReason = "done" | "errored" | "cancelled" | "none" | "unknown";
 /**
@@ -144,6 +190,8 @@ export type RecoveryCause = "disconnected" | "unreachable" | "unavailable" | "de
  * - `turn`: the turn followed is known (or, for `follow`, found);
  * - `stream`: a stream of it is open: the one that started it, an attach, or
  *   this client's resume of a dead turn;
+ * - `queued`: it waits in the conversation's queue (`enqueue`), at `position`
+ *   (1: next); its messages come once it starts;
  * - `message`: the answer so far (cumulative), with its stream id and index
  *   (both null for a final message read from the transcript);
  * - `recovering`: the stream is over without a verdict; the client looks again;
@@ -156,6 +204,10 @@ export type TurnEvent = {
     type: "stream";
     via: "start" | "attach" | "resume";
     url: string;
+} | {
+    type: "queued";
+    messageId: string;
+    position: number | null;
 } | {
     type: "message";
     message: ChatMessage;

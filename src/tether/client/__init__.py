@@ -37,6 +37,7 @@ from tether.client.models import (
     Conversation,
     ConversationPage,
     ConversationSummary,
+    QueuedMessage,
     StreamStatus,
     TurnUpdate,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "NotImplementedByServerError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "QueuedMessage",
     "RecoveryError",
     "RotatingEndpoints",
     "ServiceUnavailableError",

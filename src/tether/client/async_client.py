@@ -41,6 +41,7 @@ from tether.client.observer import TurnObserver
 from tether.client.recovery import RETRYABLE_STATUSES, Timeouts, TurnDriver, TurnState
 from tether.client.turn import TurnStream
 from tether.domain.chat_message import ChatMessage
+from tether.domain.chat_request import MultitaskStrategy
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_STREAM_READ_TIMEOUT = 30.0
@@ -128,6 +129,7 @@ class AsyncTetherClient:
         stateful: bool = True,
         bot_params: dict[str, Any] | None = None,
         conversation_context: dict[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
         observer: TurnObserver | None = None,
     ) -> TurnStream:
         """Start a turn with the user's ``message`` and follow it to its end.
@@ -135,7 +137,16 @@ class AsyncTetherClient:
         Without ``session_id`` the turn starts a new conversation under an id
         the client makes up (``turn.session_id``). Only a stateful turn (the
         default) can be recovered: the server checkpoints it and any replica
-        can resume it. Nothing is sent until the first iteration.
+        can resume it. Nothing is sent until the first iteration (or
+        ``await turn.start()``).
+
+        ``multitask_strategy`` says what happens when another turn occupies
+        the conversation: ``reject`` raises ``ConversationBusyError``;
+        ``enqueue`` queues this one to run after it (``turn.queued``,
+        ``turn.queue_position``; its messages come once it starts);
+        ``interrupt`` cancels the running turn (its partial answer kept) and
+        starts this one; ``rollback`` also removes the interrupted turn from
+        the transcript.
         """
         own_session = session_id is None
         session = session_id or uuid.uuid4().hex
@@ -152,6 +163,7 @@ class AsyncTetherClient:
             stateful=stateful,
             bot_params=bot_params,
             conversation_context=conversation_context,
+            multitask_strategy=multitask_strategy,
         )
         driver = self._driver(
             TurnState(session_id=session),
@@ -159,6 +171,7 @@ class AsyncTetherClient:
             agent_identifier=agent_identifier,
             user_message=user.content,
             own_session=own_session,
+            multitask_strategy=multitask_strategy,
             recoverable=stateful,
             observer=observer,
         )
@@ -197,7 +210,8 @@ class AsyncTetherClient:
 
     async def status(self, session_id: str) -> StreamStatus | None:
         """Which turn occupies the conversation and its verdict (running, done,
-        errored, cancelled, dead); None when the servers know no turn of it."""
+        errored, cancelled, dead), and the turns queued after it (``queue``);
+        None when the servers know no turn of it."""
         try:
             body = await self._call(routes.status(self.tenant, session_id))
         except NotFoundError:
@@ -205,8 +219,9 @@ class AsyncTetherClient:
         return StreamStatus.from_json(body)
 
     async def cancel(self, message_id: str, session_id: str | None = None) -> bool:
-        """Cancel a running turn, from any replica (the partial answer is kept).
-        True when this call cancelled it; False when it had already ended."""
+        """Cancel a running turn, from any replica (the partial answer is kept),
+        or take a queued one out of its queue (it never runs). True when this
+        call cancelled it; False when it had already ended."""
         route = routes.cancel(self.tenant, message_id, session_id)
         deadline = time.monotonic() + self.timeouts.recovery
         while True:

@@ -2,8 +2,10 @@
 
 ``new_message`` carries the whole cumulative message with ``id:
 <message_id>:<index>``; ``stream_status`` says why a stream ended other than by
-a clean live close; ``error`` is a failure after the 201. Anything else (a
-comment, an event type from a newer server) decodes to None and is skipped.
+a clean live close; ``error`` is a failure after the 201; ``queued`` opens the
+202 answer to ``multitask_strategy="enqueue"`` on a busy conversation. Anything
+else (a comment, an event type from a newer server) decodes to None and is
+skipped.
 """
 
 from __future__ import annotations
@@ -41,7 +43,16 @@ class ErrorEvent:
     message: str
 
 
-TurnEvent = MessageEvent | StatusEvent | ErrorEvent
+@dataclass(frozen=True)
+class QueuedEvent:
+    """``queued``: the turn waits for the conversation's turns before it;
+    ``position`` is its place in line (1: next)."""
+
+    message_id: str
+    position: int | None
+
+
+TurnEvent = MessageEvent | StatusEvent | ErrorEvent | QueuedEvent
 
 
 def split_event_id(event_id: str) -> tuple[str, int | None]:
@@ -58,6 +69,11 @@ def decode(event: SSEEvent) -> TurnEvent | None:
         return MessageEvent(event.id, message_id, index, payload)
     if event.event == "stream_status" and isinstance(payload, dict):
         return StatusEvent(str(payload.get("reason")))
+    if event.event == "queued" and isinstance(payload, dict):
+        position = payload.get("position")
+        return QueuedEvent(
+            str(payload.get("message_id") or ""), position if isinstance(position, int) else None
+        )
     if event.event == "error":
         if isinstance(payload, dict):
             return ErrorEvent(str(payload.get("code", "ERROR")), str(payload.get("message", "")))

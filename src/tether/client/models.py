@@ -17,21 +17,42 @@ __all__ = [
     "Conversation",
     "ConversationPage",
     "ConversationSummary",
+    "QueuedMessage",
     "StreamStatus",
     "TurnUpdate",
 ]
 
 
 @dataclass(frozen=True)
+class QueuedMessage:
+    """A message waiting in the conversation's queue (``multitask_strategy="enqueue"``):
+    the id of the turn it will start, when it was queued, and its text."""
+
+    message_id: str
+    enqueued_at: str
+    content: str
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> QueuedMessage:
+        return cls(
+            message_id=str(body["message_id"]),
+            enqueued_at=str(body.get("enqueued_at", "")),
+            content=str(body.get("content", "")),
+        )
+
+
+@dataclass(frozen=True)
 class StreamStatus:
     """``GET /chat/stream/status``: who occupies the conversation, and its verdict
-    (running, done, errored, cancelled, dead)."""
+    (running, done, errored, cancelled, dead); ``queue``: the turns waiting
+    after it, in the order they will run."""
 
     message_id: str
     status: str
     epoch: int
     heartbeat_at: str | None
     session_id: str | None = None
+    queue: tuple[QueuedMessage, ...] = ()
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> StreamStatus:
@@ -41,7 +62,15 @@ class StreamStatus:
             epoch=int(body["epoch"]),
             heartbeat_at=body.get("heartbeat_at"),
             session_id=body.get("session_id"),
+            queue=tuple(QueuedMessage.from_json(entry) for entry in body.get("queue") or []),
         )
+
+    def queue_position(self, message_id: str) -> int | None:
+        """Where turn ``message_id`` waits (1: next); None when it does not."""
+        for place, entry in enumerate(self.queue, start=1):
+            if entry.message_id == message_id:
+                return place
+        return None
 
 
 @dataclass(frozen=True)

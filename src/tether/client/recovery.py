@@ -26,7 +26,15 @@ A new turn's ``POST`` that fails before its answer arrives may or may not have
 started the turn. Refused before it was sent (connection refused, 503): sent
 again. Otherwise the status says: no turn, send it again; a turn answering
 this client's message (the session is the client's own, or the transcript's
-last user message is its message and belongs to that turn), follow it.
+last user message is its message and belongs to that turn), follow it; with
+``enqueue``, the last message of the status's queue when it is this client's.
+
+A turn sent with ``multitask_strategy="enqueue"`` to a busy conversation is
+answered 202: its id at once, a first ``queued`` event, then its messages
+once it starts. While it waits the status lists it in ``queue`` rather than
+naming it: the client attaches (the attach waits for it to start). A queued
+turn that left the queue without starting (cancelled) and left nothing in the
+transcript ends ``cancelled``.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from tether.client.errors import (
     TurnOutcomeUnknownError,
     error_from_response,
 )
-from tether.client.events import ErrorEvent, MessageEvent, StatusEvent, decode
+from tether.client.events import ErrorEvent, MessageEvent, QueuedEvent, StatusEvent, decode
 from tether.client.models import Conversation, StreamStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent, iter_sse
@@ -79,6 +87,10 @@ class TurnState:
     latest: TurnUpdate | None = None
     outcome: str | None = None
     """done or cancelled, once the turn ended that way."""
+    queued: bool = False
+    """The server queued the turn behind others (``multitask_strategy="enqueue"``)."""
+    queue_position: int | None = None
+    """Its place in line (1: next) when the client last heard it waited."""
     path: list[str] = field(default_factory=list)
     """Each connection's label, and ``transcript`` when the answer came from there."""
     connections: list[Connection] = field(default_factory=list)
@@ -96,8 +108,25 @@ class Timeouts:
     than wait as long as for a recovery."""
 
 
+@dataclass(frozen=True)
 class _ReadTranscript:
-    """The decision to take the answer from the transcript: the stream is gone."""
+    """The decision to take the answer from the transcript: the stream is gone.
+    ``displaced``: a newer turn holds the conversation."""
+
+    displaced: bool = False
+
+
+class Accepted:
+    """What ``TurnDriver.run`` yields, once, when a replica accepted the new
+    turn: started it (201) or queued it (202, after its ``queued`` event).
+    ``TurnStream.start`` waits for it; iterating skips it."""
+
+
+ACCEPTED = Accepted()
+
+
+class _StillQueued:
+    """The transcript still holds the turn's queued message: attach again."""
 
 
 class TurnDriver:
@@ -116,6 +145,7 @@ class TurnDriver:
         agent_identifier: str | None = None,
         user_message: str | None = None,
         own_session: bool = False,
+        multitask_strategy: str = "reject",
         recoverable: bool = True,
         headers: dict[str, str] | None = None,
         observer: TurnObserver | None = None,
@@ -133,12 +163,20 @@ class TurnDriver:
         self._start = start
         self._user_message = user_message
         self._own_session = own_session
+        self._strategy = multitask_strategy
         self._maybe_started = False
         """A start was sent and its answer lost: a turn may exist."""
+        self._accepted = False
+        """``ACCEPTED`` was yielded."""
         self._pause = _FIRST_PAUSE
         self._deadline = time.monotonic() + timeouts.recovery
 
-    async def run(self) -> AsyncGenerator[TurnUpdate, None]:
+    @property
+    def starts(self) -> bool:
+        """Whether this driver sends a new turn (rather than follow one)."""
+        return self._start is not None
+
+    async def run(self) -> AsyncGenerator[TurnUpdate | Accepted, None]:
         self._progress()  # the recovery bound counts from the first request
         request: routes.Route | None = self._start
         url: str | None = None
@@ -146,8 +184,12 @@ class TurnDriver:
             if request is None:
                 decided = await self._decide()
                 if isinstance(decided, _ReadTranscript):
-                    async for update in self._from_transcript():
-                        yield update
+                    ending = await self._from_transcript(displaced=decided.displaced)
+                    if isinstance(ending, _StillQueued):
+                        await self._wait()
+                        continue
+                    if ending is not None:
+                        yield ending
                     return
                 request, url = decided
             elif url is None:
@@ -159,13 +201,22 @@ class TurnDriver:
                 return
             if request.kind == "start":
                 request, url = await self._after_start(request, connection)
+                if self.state.message_id is not None and not self._accepted:
+                    # A lost start found to have started (or queued) the turn.
+                    self._accepted = True
+                    yield ACCEPTED
                 continue
             refusal = connection.refusal
             if refusal is not None and refusal.status_code == 410 and request.kind == "attach":
                 # The stream is gone (cleaned up after the grace period, or
                 # replaced): what is left of the turn is its transcript.
-                async for update in self._from_transcript():
-                    yield update
+                ending = await self._from_transcript()
+                if isinstance(ending, _StillQueued):
+                    request = url = None
+                    await self._wait()
+                    continue
+                if ending is not None:
+                    yield ending
                 return
             if refusal is not None and refusal.status_code not in _ASK_AGAIN:
                 raise refusal
@@ -178,7 +229,7 @@ class TurnDriver:
 
     async def _read(
         self, request: routes.Route, connection: Connection
-    ) -> AsyncIterator[TurnUpdate]:
+    ) -> AsyncIterator[TurnUpdate | Accepted]:
         state, observer = self.state, self.observer
         state.connections.append(connection)
         observer.opened(connection)
@@ -200,6 +251,12 @@ class TurnDriver:
                     return
                 if request.kind == "start":
                     state.message_id = response.headers.get(routes.MESSAGE_ID_HEADER)
+                    state.queued = state.queued or response.status_code == 202
+                    if response.status_code != 202 and not self._accepted:
+                        # Started at once; a 202 (queued) is accepted with
+                        # its ``queued`` event, which says where it waits.
+                        self._accepted = True
+                        yield ACCEPTED
                 async for sse in iter_sse(response):
                     observer.received(connection, sse)
                     update = self._apply(connection, sse)
@@ -211,11 +268,22 @@ class TurnDriver:
             connection.closed_at = time.monotonic()
             state.path.append(connection.label)
             observer.closed(connection)
+            if state.queued and state.latest is None and connection.refusal is None:
+                # A wait in the queue, however long, was no failure: the
+                # recovery bound counts from the end of it.
+                self._progress()
 
-    def _apply(self, connection: Connection, sse: SSEEvent) -> TurnUpdate | None:
+    def _apply(self, connection: Connection, sse: SSEEvent) -> TurnUpdate | Accepted | None:
         event = decode(sse)
         state = self.state
-        if isinstance(event, StatusEvent):
+        if isinstance(event, QueuedEvent):
+            if state.message_id is None and event.message_id:
+                state.message_id = event.message_id
+            self._waits(event.position)
+            if not self._accepted:
+                self._accepted = True
+                return ACCEPTED
+        elif isinstance(event, StatusEvent):
             connection.verdict = event.reason
         elif isinstance(event, ErrorEvent):
             connection.error = event
@@ -315,6 +383,11 @@ class TurnDriver:
                 continue
             if status is None:
                 return request, url  # nothing started: send it again
+            queued = self._queued_message(status)
+            if queued is not None:
+                self.state.message_id = queued
+                self._waits(status.queue_position(queued))
+                return self._attach(), url
             if await self._ours(url, status.message_id):
                 self.state.message_id = status.message_id
                 return await self._continuation(status, url)
@@ -322,6 +395,16 @@ class TurnDriver:
                 f"the request for a new turn was lost, and the conversation's turn "
                 f"{status.message_id} cannot be told to answer it"
             )
+
+    def _queued_message(self, status: StreamStatus) -> str | None:
+        """The queued turn of this client's lost enqueue: the last one waiting,
+        when it is this client's message (in a session the client made up, any)."""
+        if self._strategy != "enqueue" or not status.queue:
+            return None
+        last = status.queue[-1]
+        if self._own_session or last.content == (self._user_message or ""):
+            return last.message_id
+        return None
 
     async def _ours(self, url: str, message_id: str) -> bool:
         """Whether turn ``message_id`` answers this client's new message."""
@@ -357,9 +440,14 @@ class TurnDriver:
                 self.endpoints.failed(url)
                 await self._wait()
                 continue
-            if status is None or status.message_id != state.message_id:
-                return _ReadTranscript()
-            return await self._continuation(status, url)
+            if status is not None and status.message_id == state.message_id:
+                return await self._continuation(status, url)
+            position = status.queue_position(state.message_id) if status is not None else None
+            if position is not None:
+                # Still waiting its turn: the attach waits for it to start.
+                self._waits(position)
+                return self._attach(), url
+            return _ReadTranscript(displaced=status is not None)
 
     async def _continuation(self, status: StreamStatus, url: str) -> tuple[routes.Route, str]:
         """The request that continues the turn, given its status at ``url``."""
@@ -378,16 +466,32 @@ class TurnDriver:
         # Running (or dead, with no agent to resume it as: a replica will take
         # it over, and the follower waits for it), or ended: the rest of its
         # stream and its verdict.
-        route = routes.attach(
+        return self._attach(), url
+
+    def _attach(self) -> routes.Route:
+        state = self.state
+        assert state.message_id is not None
+        return routes.attach(
             self.tenant,
             message_id=state.message_id,
             session_id=state.session_id,
             last_event_id=state.last_event_id,
         )
-        return route, url
 
-    async def _from_transcript(self) -> AsyncIterator[TurnUpdate]:
-        """The turn's answer from the transcript, its stream being gone."""
+    def _waits(self, position: int | None) -> None:
+        """The turn waits in the conversation's queue: waiting is no failure,
+        so the recovery bound counts from now."""
+        self.state.queued = True
+        self.state.queue_position = position
+        self._progress()
+
+    async def _from_transcript(
+        self, *, displaced: bool = False
+    ) -> TurnUpdate | _StillQueued | None:
+        """The turn's end from the transcript, its stream being gone: its
+        answer when the client had not seen it whole (else None, the outcome
+        set), or ``_StillQueued`` when its message still waits. ``displaced``:
+        the status named a newer turn."""
         state = self.state
         while True:
             url = await self._usable_url()
@@ -397,16 +501,21 @@ class TurnDriver:
             except _Unreachable:
                 self.endpoints.failed(url)
                 await self._wait()
+        messages = conversation.messages if conversation else []
+        ids = {m.message_id for m in messages}
+        if f"{state.message_id}-queued" in ids and f"{state.message_id}-user" not in ids:
+            self._waits(state.queue_position)
+            return _StillQueued()
         state.path.append("transcript")
-        answer = next(
-            (
-                m
-                for m in (conversation.messages if conversation else [])
-                if m.message_id == state.message_id
-            ),
-            None,
-        )
+        answer = next((m for m in messages if m.message_id == state.message_id), None)
         if answer is None:
+            if displaced or (state.queued and f"{state.message_id}-user" not in ids):
+                # A newer turn took the conversation before this one recorded
+                # an answer (an interrupt or a rollback, a cancel), or it left
+                # the queue without starting: cancelled (or dropped, for it
+                # could never run), as its own stream would have said.
+                state.outcome = "cancelled"
+                return None
             raise RecoveryError(
                 f"turn {state.message_id} is no longer known and left no answer",
                 message_id=state.message_id,
@@ -417,7 +526,8 @@ class TurnDriver:
             data = answer.model_dump(mode="json", exclude_none=True)
             update = _update(data, None, None, state)
             state.latest = update
-            yield update
+            return update
+        return None
 
     # ------------------------------------------------------------- requests
 

@@ -49,8 +49,12 @@ def start(
     stateful: bool = True,
     bot_params: dict[str, Any] | None = None,
     conversation_context: dict[str, Any] | None = None,
+    multitask_strategy: str = "reject",
 ) -> Route:
-    """``POST /chat/stream``: a new turn; its last message is the user's new one."""
+    """``POST /chat/stream``: a new turn; its last message is the user's new one.
+    ``multitask_strategy`` says what to do when another turn occupies the
+    conversation (reject: 409, enqueue: 202 and run after it, interrupt,
+    rollback); left out of the body when it is the default."""
     body: dict[str, Any] = {
         "agent_identifier": agent_identifier,
         "stateful": stateful,
@@ -61,6 +65,8 @@ def start(
         body["bot_params"] = bot_params
     if conversation_context is not None:
         body["conversation_context"] = conversation_context
+    if multitask_strategy != "reject":
+        body["multitask_strategy"] = multitask_strategy
     return Route("start", "POST", "/chat/stream", {"tenant": tenant}, body)
 
 

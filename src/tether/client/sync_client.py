@@ -35,6 +35,7 @@ from tether.client.models import (
 from tether.client.observer import Connection, TurnObserver
 from tether.client.turn import TurnStream
 from tether.domain.chat_message import ChatMessage
+from tether.domain.chat_request import MultitaskStrategy
 
 
 class SyncTurnStream:
@@ -52,6 +53,11 @@ class SyncTurnStream:
             return self._portal.call(self._stream.__anext__())
         except StopAsyncIteration:
             raise StopIteration from None
+
+    def start(self) -> SyncTurnStream:
+        """Send the turn and return once a replica started or queued it."""
+        self._portal.call(self._stream.start())
+        return self
 
     def answer(self) -> TurnUpdate | None:
         """Read the turn to its end; its final answer."""
@@ -82,6 +88,14 @@ class SyncTurnStream:
     @property
     def message_id(self) -> str | None:
         return self._stream.message_id
+
+    @property
+    def queued(self) -> bool:
+        return self._stream.queued
+
+    @property
+    def queue_position(self) -> int | None:
+        return self._stream.queue_position
 
     @property
     def latest(self) -> TurnUpdate | None:
@@ -171,6 +185,7 @@ class TetherClient:
         stateful: bool = True,
         bot_params: dict[str, Any] | None = None,
         conversation_context: dict[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
         observer: TurnObserver | None = None,
     ) -> SyncTurnStream:
         """See ``AsyncTetherClient.stream``."""
@@ -181,6 +196,7 @@ class TetherClient:
             stateful=stateful,
             bot_params=bot_params,
             conversation_context=conversation_context,
+            multitask_strategy=multitask_strategy,
             observer=observer,
         )
         return SyncTurnStream(self._portal, stream)

@@ -7,7 +7,7 @@ from types import TracebackType
 
 from tether.client.models import TurnUpdate
 from tether.client.observer import Connection
-from tether.client.recovery import TurnDriver, TurnState
+from tether.client.recovery import Accepted, TurnDriver, TurnState
 
 
 class TurnStream:
@@ -20,13 +20,23 @@ class TurnStream:
     errored and ``RecoveryError`` when no replica served it within the
     client's recovery bound. Use it as ``async with`` (or call ``aclose``) to
     hang up early; the turn goes on on the server.
+
+    A turn sent with ``multitask_strategy="enqueue"`` to a busy conversation
+    waits in its queue: ``queued`` is then True and ``queue_position`` its
+    place in line, and the iteration yields its messages once it starts.
+    ``await start()`` sends the turn and returns once a replica accepted it,
+    so that ``message_id`` and ``queue_position`` are known before its first
+    message.
     """
 
     def __init__(self, driver: TurnDriver, cancel: Callable[[str, str], Awaitable[bool]]) -> None:
         self._driver = driver
         self._state: TurnState = driver.state
         self._cancel = cancel
-        self._updates: AsyncGenerator[TurnUpdate, None] | None = None
+        self._updates: AsyncGenerator[TurnUpdate | Accepted, None] | None = None
+        self._pending: TurnUpdate | None = None
+        """An update ``start`` read before the acceptance it waited for."""
+        self._accepted = False
 
     # ------------------------------------------------------ what is known
 
@@ -36,8 +46,21 @@ class TurnStream:
 
     @property
     def message_id(self) -> str | None:
-        """The turn's id, once the server named it (at the start's 201)."""
+        """The turn's id, once the server named it (at the start's 201 or 202)."""
         return self._state.message_id
+
+    @property
+    def queued(self) -> bool:
+        """Whether the server queued the turn behind others (``enqueue`` on a
+        busy conversation) rather than start it at once."""
+        return self._state.queued
+
+    @property
+    def queue_position(self) -> int | None:
+        """The turn's place in its conversation's queue (1: next) when the
+        client last heard it waited (the 202's ``queued`` event, or a status
+        read while recovering); None for a turn that never waited."""
+        return self._state.queue_position
 
     @property
     def latest(self) -> TurnUpdate | None:
@@ -46,7 +69,8 @@ class TurnStream:
 
     @property
     def outcome(self) -> str | None:
-        """``done`` or ``cancelled`` once the iteration has ended normally."""
+        """``done`` or ``cancelled`` once the iteration has ended normally (a
+        queued turn cancelled before it started ends ``cancelled`` too)."""
         return self._state.outcome
 
     @property
@@ -70,11 +94,37 @@ class TurnStream:
     def __aiter__(self) -> TurnStream:
         return self
 
-    async def __anext__(self) -> TurnUpdate:
+    def _run(self) -> AsyncGenerator[TurnUpdate | Accepted, None]:
         if self._updates is None:
             self._updates = self._driver.run()
-        updates = self._updates
-        return await updates.__anext__()
+        return self._updates
+
+    async def start(self) -> TurnStream:
+        """Send the turn (for ``stream``; a ``follow`` has nothing to send) and
+        return once a replica started it or queued it: ``message_id`` is then
+        known, and ``queue_position`` for a queued turn. Refusals (a busy
+        conversation with ``reject``, an unknown agent...) raise here."""
+        if self._accepted or self._pending is not None or not self._driver.starts:
+            return self
+        updates = self._run()
+        try:
+            item = await updates.__anext__()
+        except StopAsyncIteration:
+            return self
+        self._accepted = True
+        if isinstance(item, TurnUpdate):
+            self._pending = item
+        return self
+
+    async def __anext__(self) -> TurnUpdate:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            return pending
+        updates = self._run()
+        while True:
+            item = await updates.__anext__()
+            if not isinstance(item, Accepted):
+                return item
 
     async def answer(self) -> TurnUpdate | None:
         """Read the turn to its end; its final answer (None if it had none)."""
@@ -83,8 +133,9 @@ class TurnStream:
         return self.latest
 
     async def cancel(self) -> bool:
-        """Cancel the turn from any replica; False when it had already ended.
-        The stream then ends with ``outcome == "cancelled"``."""
+        """Cancel the turn from any replica (a queued one leaves the queue);
+        False when it had already ended. The stream then ends with
+        ``outcome == "cancelled"``."""
         if self.message_id is None:
             raise RuntimeError("the turn has not started yet: nothing to cancel")
         return await self._cancel(self.message_id, self.session_id)

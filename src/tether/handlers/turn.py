@@ -678,17 +678,17 @@ class Turn:
 
     async def _fenced_end(self) -> StreamEnd:
         """What local readers hear when another writer took the lease: a cancel
-        says cancelled; a takeover says ask the status (the turn lives elsewhere)."""
+        says cancelled, and so does a newer turn in the row (an interrupt or a
+        rollback cancelled this one before it claimed; nothing carries this
+        turn on); a takeover says ask the status (the turn lives elsewhere)."""
         self.writer.fence()
         if self.lease is None:
             return StreamEnd("gone")
         k = self.key
         with contextlib.suppress(Exception):
             row = await self.lease.store.read(k.tenant, k.requester_uuid, k.session_id)
-            if (
-                row is not None
-                and row.message_id == self.message_id
-                and row.status is ChatStreamStatus.CANCELLED
+            if row is not None and (
+                row.message_id != self.message_id or row.status is ChatStreamStatus.CANCELLED
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")

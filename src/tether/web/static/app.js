@@ -2,10 +2,25 @@
 //
 // The address says which conversation is open (#/c/SESSION), so a reload, a
 // second tab or the same address on another replica opens the same one.
+//
+// A message sent while an answer is being written is queued behind it
+// (multitask_strategy "enqueue"): it shows at once, marked queued, with a
+// button to take it out. "Interrupt and send" (or Ctrl+Enter) stops the
+// answer instead, keeping what it wrote, and answers the new message now.
+// The page follows one turn at a time: when it ends, the next one of the
+// queue (as the status lists it), on every tab of the conversation.
 
-import { NotFoundError, TetherClient } from "./client/index.js";
+import { GoneError, NotFoundError, TetherClient } from "./client/index.js";
 import { Follower } from "./follow.js";
-import { bubbleFor, conversationItem, fill, note } from "./render.js";
+import {
+  bubbleFor,
+  conversationItem,
+  fill,
+  markQueued,
+  note,
+  placeAnswered,
+  unmarkQueued,
+} from "./render.js";
 import { loadSettings, loadToken, saveSettings, saveToken } from "./store.js";
 import { words } from "./words.js";
 
@@ -25,6 +40,8 @@ const page = {
   bubble: null,
   /** the newest message received of that turn */
   latest: null,
+  /** a message being sent while an answer runs (one at a time) */
+  sending: false,
   pollTimer: 0,
 };
 
@@ -196,23 +213,32 @@ async function loadTranscript() {
   $("share").checked = summary.shared;
   $("share").disabled = page.auth === "headers" && summary.owner_uuid !== page.settings.user;
   const list = $("transcript");
-  // Keep the bubble of a turn being shown: the transcript gets it only at the end.
+  // Keep the bubble of a turn being shown: the transcript gets it only at the
+  // end; and messages this tab is still sending.
   const kept = page.bubble;
+  const sending = [...list.querySelectorAll(":scope > li.pending")];
   list.replaceChildren();
   for (const message of body.messages) bubbleFor(list, message, { agent: open.agent });
   if (kept && !list.querySelector(`li[data-message-id="${CSS.escape(kept.dataset.messageId)}"]`)) {
-    list.append(kept);
+    placeAnswered(list, kept);
   }
+  list.append(...sending);
   toBottom();
 }
 
-/** Run `action` on a new follower of the open conversation; one follower at a time. */
+/**
+ * Run `action` on a new follower of the open conversation; one follower at a
+ * time. When its turn ends, the conversation's next one is followed.
+ */
 async function follow(action) {
   const open = page.open;
+  page.follower?.close();
+  page.bubble = null;
+  page.latest = null;
   const follower = new Follower(
     client,
     { tenant: page.settings.tenant, sessionId: open.sessionId, agent: open.agent },
-    hooks(open),
+    hooks(open, () => follower),
   );
   page.follower = follower;
   setRunning(true);
@@ -223,21 +249,69 @@ async function follow(action) {
   } finally {
     if (page.follower === follower) {
       setRunning(false);
+      if (follower.ended !== null && follower.ended !== "none") {
+        followNext(follower.messageId);
+      }
       schedulePoll();
     }
   }
 }
 
-function hooks(open) {
-  const current = () => page.open === open;
+/**
+ * After turn `ended`: follow the one that holds the conversation now (an
+ * interrupt from elsewhere), or else the first of the queue (it waits until
+ * its turn starts, on whichever replica).
+ */
+async function followNext(ended) {
+  const open = page.open;
+  let status;
+  try {
+    status = await client.status(open.sessionId);
+  } catch {
+    return; // the poll looks again
+  }
+  if (page.open !== open || page.follower?.running || !status) return;
+  syncQueue(status.queue ?? []);
+  const occupant =
+    status.message_id !== ended && (status.status === "running" || status.status === "dead")
+      ? status.message_id
+      : null;
+  const next = occupant ?? status.queue?.[0]?.message_id;
+  if (next) follow((follower) => follower.recover(next));
+}
+
+/**
+ * Show the messages waiting in the conversation's queue as the status lists
+ * them: add the ones another tab or device queued, drop the ones that left.
+ */
+function syncQueue(queue) {
+  const list = $("transcript");
+  const waiting = new Set(queue.map((entry) => `${entry.message_id}-queued`));
+  for (const item of list.querySelectorAll(":scope > li.queued[data-message-id]")) {
+    if (!waiting.has(item.dataset.messageId)) item.remove();
+  }
+  for (const entry of queue) {
+    bubbleFor(list, {
+      sender: "user",
+      content: entry.content,
+      message_id: `${entry.message_id}-queued`,
+      queued: { message_id: entry.message_id },
+    });
+  }
+}
+
+function hooks(open, me) {
+  const current = () => page.open === open && page.follower === me();
   return {
     async turn(messageId, seen, sent) {
       if (!current()) return;
+      open.exists = true;
       listConversations();
       const list = $("transcript");
       if (sent) {
-        const mine = list.querySelector("li.message.user:not([data-message-id])");
+        const mine = list.querySelector("li.message.user:not([data-message-id]):not(.queued)");
         if (mine) mine.dataset.messageId = `${messageId}-user`;
+        $("share").disabled = false;
       }
       const shown = list.querySelector(`li[data-message-id="${CSS.escape(messageId)}"]`);
       // A turn this tab did not start (another tab, another device): its
@@ -267,14 +341,30 @@ function hooks(open) {
       page.bubble.dataset.state = "streaming";
       if (follow) toBottom();
     },
+    queued(messageId, position) {
+      if (!current()) return;
+      const ahead = position && position > 1 ? ` (${position - 1} more before it)` : "";
+      setState("queued", `Waiting for the queued message to be answered${ahead}…`);
+      const list = $("transcript");
+      const item = list.querySelector(`li[data-message-id="${CSS.escape(`${messageId}-queued`)}"]`);
+      const line = item?.querySelector(".queue-state");
+      if (line) line.textContent = "Next: answered once the answer above ends.";
+    },
     state(state, words) {
       if (current()) setState(state, words);
     },
     notice(words) {
       if (current()) $("notice").textContent = words;
     },
-    async end(reason, error) {
+    async end(reason, error, started) {
       if (!current()) return;
+      if (!started) {
+        // A queued message taken out of the queue before its turn started.
+        const id = `${me().messageId}-queued`;
+        $("transcript").querySelector(`li[data-message-id="${CSS.escape(id)}"]`)?.remove();
+        setState("cancelled", "The queued message was cancelled.");
+        return;
+      }
       const words = {
         done: "Answer complete.",
         cancelled: "Stopped. The partial answer is kept.",
@@ -310,17 +400,41 @@ function hooks(open) {
 
 // ------------------------------------------------------ composer and controls
 
-$("composer").addEventListener("submit", async (event) => {
+$("composer").addEventListener("submit", (event) => {
   event.preventDefault();
+  send("enqueue");
+});
+
+$("interrupt").addEventListener("click", () => send("interrupt"));
+
+$("prompt").addEventListener("keydown", (event) => {
+  // Enter sends, Shift+Enter is a new line: what chat users expect. While an
+  // answer is being written, Ctrl+Enter (Cmd+Enter) interrupts it instead.
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    if ((event.ctrlKey || event.metaKey) && page.follower?.running) send("interrupt");
+    else $("composer").requestSubmit();
+  }
+});
+
+/**
+ * Send what the user wrote. While the page follows a turn it is sent with
+ * `strategy` (enqueue or interrupt); otherwise as a new turn.
+ */
+async function send(strategy) {
   const prompt = $("prompt");
   const content = prompt.value.trim();
-  if (!content || !page.open || page.follower?.running) return;
+  if (!content || !page.open || page.sending) return;
   if (!page.open.agent) {
     showError(new Error("Choose an agent first."));
     return;
   }
   $("error").textContent = "";
   $("notice").textContent = "";
+  if (page.follower?.running) {
+    await sendWhileRunning(content, strategy);
+    return;
+  }
   const open = page.open;
   if (!location.hash.endsWith(encodeURIComponent(open.sessionId))) {
     // Name the new conversation in the address without reopening it.
@@ -330,30 +444,122 @@ $("composer").addEventListener("submit", async (event) => {
   if (!open.exists) $("title").textContent = content.slice(0, 80);
   toBottom();
   prompt.value = "";
+  // One message in flight at a time: a second Send waits for this one's answer
+  // to be accepted, and is then queued behind it.
+  page.sending = true;
+  const settled = () => {
+    page.sending = false;
+    setRunning(true);
+  };
   const unsent = () => {
     mine.remove();
     if (!open.exists) $("title").textContent = "New conversation";
     prompt.value = content; // nothing was sent: keep what the user wrote
+    settled();
   };
   await follow(async (follower) => {
     try {
-      await follower.send(content, unsent);
+      await follower.send(content, unsent, settled);
     } catch (error) {
+      page.sending = false;
       if (!follower.sent) unsent();
       throw error;
     }
   });
-  if (page.open === open && page.follower?.sent) {
-    open.exists = true;
-    $("share").disabled = false;
-  }
-});
+}
 
-$("prompt").addEventListener("keydown", (event) => {
-  // Enter sends, Shift+Enter is a new line: what chat users expect.
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-    event.preventDefault();
-    $("composer").requestSubmit();
+/**
+ * A message sent while an answer is being written: queued behind it (shown
+ * at once, marked queued, to be followed when its turn comes), or
+ * interrupting it (followed now; the interrupted answer keeps what it wrote).
+ */
+async function sendWhileRunning(content, strategy) {
+  const open = page.open;
+  const list = $("transcript");
+  const prompt = $("prompt");
+  const interrupted = strategy === "interrupt" ? page.bubble?.dataset.messageId : undefined;
+  const queued = strategy === "enqueue" ? {} : null;
+  const mine = bubbleFor(list, { sender: "user", content, queued });
+  toBottom();
+  prompt.value = "";
+  page.sending = true;
+  setRunning(true);
+  let turn;
+  try {
+    turn = await client.startTurn({
+      agent: open.agent,
+      sessionId: open.sessionId,
+      content,
+      multitaskStrategy: strategy,
+    });
+  } catch (error) {
+    mine.remove();
+    if (page.open === open) {
+      prompt.value = content; // not sent: keep what the user wrote
+      showError(error);
+    }
+    return;
+  } finally {
+    page.sending = false;
+    setRunning(Boolean(page.follower?.running));
+  }
+  if (page.open !== open) {
+    turn.close();
+    return;
+  }
+  if (turn.queued) {
+    // One stream at a time: the page follows it when its turn comes.
+    turn.close();
+    const id = `${turn.messageId}-queued`;
+    const shown = list.querySelector(`li[data-message-id="${CSS.escape(id)}"]`);
+    if (shown && shown !== mine) shown.remove(); // a poll showed it first
+    markQueued(mine, turn.messageId);
+    if (!page.follower?.running) followNext(null); // the answer before it ended meanwhile
+    return;
+  }
+  // Started at once: an interrupt, or the answer before it had just ended.
+  unmarkQueued(mine);
+  placeAnswered(list, mine);
+  mine.dataset.messageId = `${turn.messageId}-user`;
+  if (interrupted) {
+    // Show what the interrupted answer kept (its last recorded message, which
+    // the server stored before it started this turn), not what this tab read.
+    page.follower?.close();
+    page.bubble = null;
+    await loadTranscript().catch(() => {});
+    if (page.open !== open) {
+      turn.close();
+      return;
+    }
+    const kept = list.querySelector(`li[data-message-id="${CSS.escape(interrupted)}"]`);
+    if (kept) {
+      kept.dataset.state = "cancelled";
+      note(kept, "Interrupted. The partial answer is kept.");
+    }
+  }
+  follow((follower) => follower.take(turn));
+}
+
+$("transcript").addEventListener("click", async (event) => {
+  const button = event.target.closest("button.cancel-queued");
+  if (!button) return;
+  const item = button.closest("li");
+  const messageId = item?.dataset.turn;
+  if (!messageId || !page.open) return;
+  button.disabled = true;
+  item.querySelector(".queue-state").textContent = "Cancelling…";
+  try {
+    await client.cancel(page.open.sessionId, messageId);
+    item.remove();
+    $("notice").textContent = "The queued message was cancelled; it will not be answered.";
+  } catch (error) {
+    if (error instanceof GoneError) {
+      $("notice").textContent = "That message was already answered.";
+    } else {
+      button.disabled = false;
+      item.querySelector(".queue-state").textContent = "Queued: answered after the messages above.";
+      showError(error);
+    }
   }
 });
 
@@ -430,7 +636,11 @@ function setState(state, words) {
 }
 
 function setRunning(running) {
-  $("send").disabled = running;
+  // While an answer is being written, Send queues; Interrupt stops it first.
+  $("send").disabled = page.sending;
+  $("interrupt").hidden = !running;
+  $("interrupt").disabled = page.sending;
+  $("send-hint").hidden = !running;
   $("stop").disabled = !running;
   $("transcript").setAttribute("aria-busy", String(running));
 }
@@ -439,25 +649,37 @@ function showError(error) {
   $("error").textContent = words(error);
 }
 
-/** While idle, notice a turn started elsewhere (another tab or device) and show it. */
+/**
+ * Keep up with what other tabs and devices do: the messages they queue (while
+ * a turn is followed too), and, while idle, a turn they started or the next
+ * one of the queue, which is then shown.
+ */
 function schedulePoll() {
   clearTimeout(page.pollTimer);
   page.pollTimer = setTimeout(async () => {
     const open = page.open;
-    if (!open || !open.exists || page.follower?.running || document.hidden) {
+    if (!open || !open.exists || document.hidden) {
       schedulePoll();
       return;
     }
     try {
       const status = await client.status(open.sessionId);
+      if (page.open === open && status) syncQueue(status.queue ?? []);
       const shown = page.follower?.messageId;
-      if (page.open === open && status && status.message_id !== shown && !page.follower?.running) {
-        if (status.status === "running" || status.status === "dead") {
-          follow((follower) => follower.recover());
+      const next = status?.queue?.[0]?.message_id;
+      if (page.open === open && status && !page.follower?.running) {
+        if (status.message_id !== shown) {
+          if (status.status === "running" || status.status === "dead") {
+            follow((follower) => follower.recover());
+            return;
+          }
+          await loadTranscript();
+          if (page.follower) page.follower.messageId = status.message_id;
+        }
+        if (next) {
+          follow((follower) => follower.recover(next));
           return;
         }
-        await loadTranscript();
-        if (page.follower) page.follower.messageId = status.message_id;
       }
     } catch {
       // The next poll tries again; errors that matter show when the user acts.

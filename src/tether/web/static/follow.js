@@ -29,11 +29,15 @@ const RECOVERING = {
  * @typedef {object} FollowHooks
  * @property {(messageId: string, seen: object | null, sent: boolean) => Promise<void>} turn
  *   a turn is about to be shown (seen: what this tab last showed of it; sent:
- *   this follower started it, so its user message is on the page already)
+ *   this follower started it, so its user message is on the page already);
+ *   for a queued turn, once it starts
+ * @property {(messageId: string, position: number | null) => void} queued
+ *   the turn followed waits in the conversation's queue
  * @property {(message: object) => void} message   the answer so far
  * @property {(state: string, words: string) => void} state   for the status line
  * @property {(words: string) => void} notice   something the page did that the user should know
- * @property {(reason: string, error: object | null) => Promise<void>} end   the turn ended
+ * @property {(reason: string, error: object | null, started: boolean) => Promise<void>} end
+ *   the turn ended (started: false for a queued one that left the queue first)
  * @property {(error: Error) => void} failed   an error the client cannot get past
  */
 
@@ -54,6 +58,10 @@ export class Follower {
     this.closed = false;
     /** the turn send() started, if any */
     this.sent = null;
+    /** the turn followed waits in the queue (shown once it starts) */
+    this.waiting = false;
+    /** how the turn ended, once it has */
+    this.ended = null;
   }
 
   /** Stop reading (another conversation was opened); the turn itself goes on. */
@@ -66,8 +74,9 @@ export class Follower {
    * Send the user's message as a new turn and follow its answer.
    * @param {string} content
    * @param {() => void} unsent   called at once if the message was not sent (busy)
+   * @param {() => void} [accepted]   called once a replica accepted it
    */
-  async send(content, unsent) {
+  async send(content, unsent, accepted) {
     const { agent, sessionId } = this.conversation;
     let turn;
     try {
@@ -79,19 +88,32 @@ export class Follower {
       // Show that answer rather than fail.
       this.hooks.notice(
         "An answer is already being written in this conversation; showing it instead. " +
-          "Your message was not sent.",
+          "Your message was not sent: send it again to queue it after this answer.",
       );
       return this.recover();
     }
     this.sent = turn.messageId;
+    accepted?.();
     return this.#run(turn);
   }
 
-  /** Show whatever turn occupies the conversation now (on load, on reconnect). */
-  recover() {
+  /** Follow a turn this page started itself (an interrupt, or a message queued
+   * that started at once). */
+  take(turn) {
+    this.sent = turn.messageId;
+    return this.#run(turn);
+  }
+
+  /**
+   * Show whatever turn occupies the conversation now (on load, on reconnect),
+   * or turn `messageId` (the next one of the queue: it waits until it starts).
+   * @param {string} [messageId]
+   */
+  recover(messageId) {
     const { tenant, sessionId, agent } = this.conversation;
     const seen = loadSeen(tenant, sessionId);
-    return this.#run(this.client.follow(sessionId, { agent, lastEventId: seen?.eventId ?? null }));
+    const lastEventId = seen?.eventId ?? null;
+    return this.#run(this.client.follow(sessionId, { agent, messageId, lastEventId }));
   }
 
   /** Cancel the turn being shown, from whichever replica serves the page. */
@@ -106,14 +128,28 @@ export class Follower {
     this.turn = turn;
     if (this.closed) turn.close();
     this.running = true;
+    /** a queued turn's id, shown (hooks.turn) once it starts */
+    let pending = null;
+    const show = async (messageId) => {
+      this.waiting = false;
+      await this.hooks.turn(messageId, this.#seen(messageId), messageId === this.sent);
+    };
     try {
       for await (const event of turn.events()) {
         if (this.closed) return;
         if (event.type === "turn") {
           this.messageId = event.messageId;
-          const sent = event.messageId === this.sent;
-          await this.hooks.turn(event.messageId, this.#seen(event.messageId), sent);
+          if (turn.queued) {
+            pending = event.messageId;
+            this.waiting = true;
+          } else {
+            await show(event.messageId);
+          }
+        } else if (event.type === "queued") {
+          this.waiting = true;
+          this.hooks.queued(event.messageId, event.position);
         } else if (event.type === "stream") {
+          if (this.waiting) continue; // the `queued` event says what it waits for
           this.hooks.state("streaming", "Answering…");
           if (event.via === "resume") {
             this.hooks.notice(
@@ -121,6 +157,12 @@ export class Follower {
             );
           }
         } else if (event.type === "message") {
+          if (pending !== null) {
+            // The queued turn started.
+            await show(pending);
+            pending = null;
+            this.hooks.state("streaming", "Answering…");
+          }
           if (event.eventId) {
             saveSeen(tenant, sessionId, {
               messageId: this.messageId,
@@ -134,7 +176,11 @@ export class Follower {
           this.hooks.state(state, words);
         } else if (event.type === "end") {
           if (event.reason !== "none") saveSeen(tenant, sessionId, null);
-          await this.hooks.end(event.reason, event.error);
+          const started = pending === null || event.reason !== "cancelled";
+          if (pending !== null && started) await show(pending);
+          this.waiting = false;
+          this.ended = event.reason;
+          await this.hooks.end(event.reason, event.error, started);
         }
       }
     } catch (error) {

@@ -18,7 +18,11 @@ function element(tag, className, text) {
   return node;
 }
 
-/** The bubble of a message, created at the end of `list` if it is not there yet. */
+/**
+ * The bubble of a message, created if it is not there yet: a queued message
+ * (`message.queued`) at the end of `list`, any other before the queued ones
+ * (they are answered after everything above them).
+ */
 export function bubbleFor(list, message, { agent } = {}) {
   const id = message.message_id;
   let item = id ? list.querySelector(`li[data-message-id="${CSS.escape(id)}"]`) : null;
@@ -28,10 +32,59 @@ export function bubbleFor(list, message, { agent } = {}) {
     const who = message.sender === "user" ? "You" : agent || "Agent";
     item.append(element("p", "who", who), element("div", "parts"), element("p", "text"));
     item.append(element("p", "turn-note"));
-    list.append(item);
+    if (message.queued) list.append(item);
+    else placeAnswered(list, item);
   }
   fill(item, message);
+  if (message.queued) markQueued(item, message.queued.message_id ?? null);
   return item;
+}
+
+/** Put `item` (a message that is not waiting) after the answered ones, before the queued. */
+export function placeAnswered(list, item) {
+  const firstQueued = list.querySelector(":scope > li.queued");
+  if (firstQueued && firstQueued !== item) list.insertBefore(item, firstQueued);
+  else if (!firstQueued) list.append(item);
+}
+
+/**
+ * Show `item` as a message waiting in the conversation's queue: a line that
+ * says so and a button to take it out. `messageId`, the turn it will start,
+ * is null while the message is being sent.
+ */
+export function markQueued(item, messageId) {
+  item.classList.add("queued");
+  let line = item.querySelector(".queue-line");
+  if (!line) {
+    line = element("div", "queue-line");
+    line.append(element("span", "queue-state"));
+    const cancel = element("button", "cancel-queued", "Cancel");
+    cancel.type = "button";
+    line.append(cancel);
+    item.append(line);
+  }
+  const cancel = line.querySelector(".cancel-queued");
+  if (messageId) {
+    item.dataset.messageId = `${messageId}-queued`;
+    item.dataset.turn = messageId;
+    item.classList.remove("pending");
+    line.querySelector(".queue-state").textContent = "Queued: answered after the messages above.";
+    cancel.hidden = false;
+    cancel.disabled = false;
+  } else {
+    item.classList.add("pending");
+    line.querySelector(".queue-state").textContent = "Sending…";
+    cancel.hidden = true;
+  }
+  const words = item.querySelector(".text")?.textContent ?? "";
+  cancel.setAttribute("aria-label", `Cancel the queued message: ${words.slice(0, 60)}`);
+}
+
+/** A queued bubble whose turn started (or started at once): an ordinary message. */
+export function unmarkQueued(item) {
+  item.classList.remove("queued", "pending");
+  item.querySelector(".queue-line")?.remove();
+  delete item.dataset.turn;
 }
 
 /** Replace what a bubble shows with `message`: messages are cumulative, never deltas. */
