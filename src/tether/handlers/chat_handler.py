@@ -174,29 +174,8 @@ class ChatHandler:
         (``resume_message_id``; ``automatic`` when this replica's takeover
         loop resumes it with no client), or the queued turn ``dequeue``
         (``handlers.queue``: its id is the one its client was given)."""
-        if self.draining:
-            raise DrainingError("this replica is shutting down; retry on another")
-        setup = await self.check_setup(request)
         resuming = resume_message_id is not None
-        if request.stateful:
-            if not request.session_id:
-                raise TurnRequestError("a stateful turn needs a session_id")
-            if self.stores.agent_state is None:
-                raise StorageNotConfiguredError(
-                    "stateful turns need an agent state store; this server has none"
-                )
-        elif resuming:
-            raise TurnRequestError("resume needs stateful=true and a session_id")
-        if resuming and self.stores.supervision is None:
-            raise StorageNotConfiguredError(
-                "resume needs a supervision store to tell a dead producer from a live one"
-            )
-        if not resuming and (
-            not request.conversation
-            or request.conversation[-1].sender is not ChatMessageSender.USER
-        ):
-            raise TurnRequestError("the conversation must end with the user's new message")
-
+        setup = await self.check_request(request, resuming=resuming)
         message_id = resume_message_id or dequeue or uuid.uuid4().hex
         requester = normalize_owner(request.request_headers.requester_uuid)
         context = TurnContext(
@@ -265,7 +244,34 @@ class ChatHandler:
         task.add_done_callback(lambda _: self._after_turn(turn))
         return turn
 
-    async def check_setup(self, request: ChatRequest) -> AgentSetup:
+    async def check_request(self, request: ChatRequest, *, resuming: bool = False) -> AgentSetup:
+        """Everything about a turn's request that can be refused before any
+        claim (draining, the agent, the stores it needs, its last message);
+        its agent's setup. A queued turn is checked so before it is queued."""
+        if self.draining:
+            raise DrainingError("this replica is shutting down; retry on another")
+        setup = await self._checked_setup(request)
+        if request.stateful:
+            if not request.session_id:
+                raise TurnRequestError("a stateful turn needs a session_id")
+            if self.stores.agent_state is None:
+                raise StorageNotConfiguredError(
+                    "stateful turns need an agent state store; this server has none"
+                )
+        elif resuming:
+            raise TurnRequestError("resume needs stateful=true and a session_id")
+        if resuming and self.stores.supervision is None:
+            raise StorageNotConfiguredError(
+                "resume needs a supervision store to tell a dead producer from a live one"
+            )
+        if not resuming and (
+            not request.conversation
+            or request.conversation[-1].sender is not ChatMessageSender.USER
+        ):
+            raise TurnRequestError("the conversation must end with the user's new message")
+        return setup
+
+    async def _checked_setup(self, request: ChatRequest) -> AgentSetup:
         """The request's agent setup; 404 for an unknown agent, 400 for bot
         params it refuses."""
         setup = await self.registries.get_setup(request.agent_identifier)
@@ -557,7 +563,7 @@ class ChatHandler:
             return self.metrics.lagged(local.buffer.follow(start_index)), True
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if row is None or row.message_id != message_id:
-            if message_id in {w.message_id for w in await self.queue.waiting(key)}:
+            if await self.queue.is_waiting(key, message_id):
                 # Queued: stream it once it starts, wherever it does.
                 async def later(start: int) -> AsyncIterator[StreamEvent | StreamEnd]:
                     events, _ = await self.attach(tenant, requester, session_id, message_id, start)

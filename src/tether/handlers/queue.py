@@ -154,6 +154,9 @@ class TurnQueue:
         )
         return waiting_in(transcript)
 
+    async def is_waiting(self, key: ConversationKey, message_id: str) -> bool:
+        return any(w.message_id == message_id for w in await self.waiting(key))
+
     # ------------------------------------------------------------ enqueue
 
     async def submit(self, request: ChatRequest) -> Turn | Ticket:
@@ -167,12 +170,8 @@ class TurnQueue:
                 "enqueue needs a supervision store and a conversation store that can "
                 "remove messages (remove_fenced); this server's cannot: use reject or interrupt"
             )
-        if handler.draining:
-            raise DrainingError("this replica is shutting down; retry on another")
-        if not request.conversation or request.conversation[-1].sender.value != "user":
-            raise TurnRequestError("the conversation must end with the user's new message")
+        await handler.check_request(request)
         key = handler.conversation_key(request)
-        await handler.check_setup(request)
         await handler.check_writer(key)
         if not await self.waiting(key):
             with contextlib.suppress(ConversationBusyError):
@@ -245,7 +244,8 @@ class TurnQueue:
                     return None
                 continue
             except (UnknownAgentError, BotParamsError, TurnRequestError) as error:
-                # It can never run: say so in its place rather than block the rest.
+                # It can never run: take it out of the queue (logged) rather
+                # than block the turns behind it.
                 logger.warning("queued turn %s cannot start: %s", head.message_id, error)
                 await self._drop(key, head.message_id)
                 continue
@@ -311,7 +311,7 @@ class TurnQueue:
         """Raise ``AlreadyDequeuedError`` unless ``message_id`` still waits
         (read after the claim fenced the transcript: a cancel cannot remove
         it afterwards without the turn's epoch)."""
-        if message_id not in {w.message_id for w in await self.waiting(key)}:
+        if not await self.is_waiting(key, message_id):
             raise AlreadyDequeuedError(message_id)
 
     async def remove(self, key: ConversationKey, message_id: str, epoch: int) -> None:
@@ -336,7 +336,7 @@ class TurnQueue:
             row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
             if row is not None and row.message_id == message_id:
                 return False  # it started: a running turn's cancel
-            if message_id not in {w.message_id for w in await self.waiting(key)}:
+            if not await self.is_waiting(key, message_id):
                 return False
             if await self._drop(key, message_id):
                 return True
@@ -388,7 +388,7 @@ class TurnQueue:
                 break
             seen = (row.message_id, row.epoch, row.status) if row is not None else None
             if seen != last or polls % _RECHECK_POLLS == 0:
-                if message_id not in {w.message_id for w in await self.waiting(key)}:
+                if not await self.is_waiting(key, message_id):
                     # Gone without our seeing its row: cancelled, or it ran
                     # and ended between two polls (its row then names it
                     # until its clean-up, so this is a cancel).

@@ -6,7 +6,7 @@ writes a second. The batcher renews every lease this replica holds in one
 refused one fences only its own turn.
 
 Where the supervision store can give a copy of itself for another event loop
-(``ChatStreamSupervisionStore.for_another_loop``: PostgreSQL), the batches run
+(``ChatStreamSupervisionStore.for_another_loop``: PostgreSQL, Redis), the batches run
 on a thread of their own, with that copy's own connection. The serving loop
 may be flooded (a thousand turns starting at once, another process taking a
 core): callbacks then wait seconds for their turn there, and a renewal queued
