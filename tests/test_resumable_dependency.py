@@ -33,7 +33,14 @@ def replicas(tmp_path: Path) -> Iterator[Replicas]:
     project = make_project(tmp_path / "project")
     log = tmp_path / "tools.log"
     store = f"sqlite:///{tmp_path / 'tether.db'}"
-    with two_replicas(project, tmp_path, store, env={"TETHER_TEST_TOOL_LOG": str(log)}) as pair:
+    env = {
+        "TETHER_TEST_TOOL_LOG": str(log),
+        # The guide is about the client's resume: were the survivor to take the
+        # dead turn over by itself, the status poll below could miss the short
+        # `dead` window and the client's resume would meet a running turn.
+        "TETHER_TAKEOVER": "false",
+    }
+    with two_replicas(project, tmp_path, store, env=env) as pair:
         yield pair
 
 
