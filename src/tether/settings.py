@@ -38,7 +38,7 @@ class TetherSettings:
     """The producer flushes the newest cumulative message at most this often."""
     checkpoint_interval: float = 5.0
     """Resumable dependencies are checkpointed this often during a stateful turn."""
-    follower_poll_interval: float = 0.2
+    follower_poll_interval: float = 0.1
     """A follower on another replica polls this often when it has no push channel."""
     follower_push_fallback_interval: float = 1.0
     """With a push channel, a follower still re-reads this often (a dead producer
