@@ -68,12 +68,15 @@ def _recording_store(url: str) -> PostgresChatStreamRecordingStore:
 _T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
-def _row(epoch: int, message_id: str = "m-1", seconds: int = 0) -> ChatStreamSupervision:
+def _row(
+    epoch: int, message_id: str = "m-1", seconds: int = 0, producer: str | None = None
+) -> ChatStreamSupervision:
     return ChatStreamSupervision(
         status=ChatStreamStatus.RUNNING,
         heartbeat_at=_T0.replace(second=seconds),
         message_id=message_id,
         epoch=epoch,
+        producer=producer,
     )
 
 
@@ -279,6 +282,57 @@ async def test_compare_and_swap_many_is_one_statement_guarding_each_row(
         await pool.close()
 
 
+async def test_the_producer_is_kept_by_every_write_and_read(postgres_url: str) -> None:
+    async with _supervision_store(postgres_url) as store:
+        assert await store.compare_and_swap("t", "u", "a", None, _row(1, producer="replica-a"))
+        assert await store.compare_and_swap("t", "u", "b", None, _row(1))  # no producer known
+        beat = _row(1, seconds=1, producer="replica-a")
+        assert await store.compare_and_swap("t", "u", "a", 1, beat)
+        assert await store.read("t", "u", "a") == beat
+        assert await store.read("t", "u", "b") == _row(1)
+        # One batch of each kind of swap: a heartbeat, a takeover naming its own
+        # producer, and claims with and without one.
+        batch = [
+            SupervisionSwap("t", "u", "a", 1, _row(1, seconds=2, producer="replica-a")),
+            SupervisionSwap("t", "u", "b", 1, _row(2, seconds=3, producer="replica-b")),
+            SupervisionSwap("t", "u", "c", None, _row(1, seconds=4, producer="replica-c")),
+            SupervisionSwap("t", "u", "d", None, _row(1, seconds=5)),
+        ]
+        assert await store.compare_and_swap_many(batch) == [True] * 4
+        # Then the hot path: heartbeats only, one autocommit statement.
+        beats = [
+            SupervisionSwap(
+                "t",
+                "u",
+                swap.session_id,
+                swap.supervision.epoch,
+                swap.supervision.model_copy(update={"heartbeat_at": _T0.replace(second=10 + n)}),
+            )
+            for n, swap in enumerate(batch)
+        ]
+        assert await store.compare_and_swap_many(beats) == [True] * 4
+        for swap in beats:
+            assert await store.read("t", "u", swap.session_id) == swap.supervision
+        listed = await store.list_stale_running(_T0.replace(second=59), limit=10)
+        assert [(t.session_id, t.supervision) for t in listed] == [
+            (swap.session_id, swap.supervision) for swap in beats
+        ]
+        assert [t.supervision.producer for t in listed] == [
+            "replica-a",
+            "replica-b",
+            "replica-c",
+            None,
+        ]
+        # A producer no text column can hold is refused before any write.
+        with pytest.raises(ValueError, match="NUL"):
+            await store.compare_and_swap("t", "u", "e", None, _row(1, producer="nul\x00"))
+        with pytest.raises(ValueError, match="NUL"):
+            await store.compare_and_swap_many(
+                [SupervisionSwap("t", "u", "e", None, _row(1, producer="nul\x00"))]
+            )
+        assert await store.read("t", "u", "e") is None
+
+
 # Push ------------------------------------------------------------------------------------
 
 
@@ -383,7 +437,9 @@ async def test_an_existing_database_is_upgraded_to_list_dead_turns_by_their_inde
             "VALUES (%s, 't', '', 's', 'running', %s, 'm-old', 1)",
             (session_key("t", None, "s"), _T0),
         )
-    assert await PostgresDatabase.from_url(postgres_url).upgrade() == [4]
+    assert await PostgresDatabase.from_url(postgres_url).upgrade() == [
+        migration.version for migration in MIGRATIONS[3:]
+    ]
     awkward = ["../../x", "a/b", "会話", "x" * 2_000, "Session"]
     async with _supervision_store(f"{postgres_url}?create_schema=false") as store:
         for number, value in enumerate(awkward, start=1):
@@ -408,6 +464,32 @@ async def test_an_existing_database_is_upgraded_to_list_dead_turns_by_their_inde
         plan = "\n".join(row[0] for row in await cursor.fetchall())
     assert "tether_stream_supervision_running_by_heartbeat" in plan, plan
     assert "Sort" not in plan, plan
+
+
+async def test_an_existing_database_is_upgraded_to_name_each_turns_producer(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A database at version 4, with a turn its release wrote running in it.
+    with monkeypatch.context() as patched:
+        patched.setattr(migrations, "MIGRATIONS", MIGRATIONS[:4])
+        assert await PostgresDatabase.from_url(postgres_url).upgrade() == [1, 2, 3, 4]
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        await admin.execute(
+            "INSERT INTO tether_stream_supervision "
+            "(key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch) "
+            "VALUES (%s, 't', 'u', 's', 'running', %s, 'm-1', 1)",
+            (session_key("t", "u", "s"), _T0),
+        )
+    assert await PostgresDatabase.from_url(postgres_url).upgrade() == [
+        migration.version for migration in MIGRATIONS[4:]
+    ]
+    async with _supervision_store(f"{postgres_url}?create_schema=false") as store:
+        assert await store.read("t", "u", "s") == _row(1)
+        (listed,) = await store.list_stale_running(_T0.replace(second=59), limit=10)
+        assert listed.supervision == _row(1)
+        named = _row(1, seconds=1, producer="replica-a")
+        assert await store.compare_and_swap("t", "u", "s", 1, named)
+        assert await store.read("t", "u", "s") == named
 
 
 def _cli() -> typer.Typer:

@@ -162,6 +162,61 @@ async def test_an_upgraded_file_lists_its_dead_turns_by_the_heartbeat_index(
     assert "TEMP B-TREE" not in plan
 
 
+async def test_the_producer_is_kept_by_every_write_and_read(database: SQLiteDatabase) -> None:
+    store = SQLiteChatStreamSupervisionStore(database)
+    clock = ManualClock()
+    claimed = _ROW.model_copy(update={"producer": "replica-a"})
+    assert await store.compare_and_swap("t", "u", "a", None, claimed)
+    assert await store.compare_and_swap("t", "u", "b", None, _ROW)  # no producer known
+    assert await store.read("t", "u", "a") == claimed
+    assert await store.read("t", "u", "b") == _ROW
+    # A heartbeat batch writes the producer it is given, and a takeover its own.
+    beat = claimed.model_copy(update={"heartbeat_at": clock.advance(1)})
+    taken = _ROW.model_copy(update={"epoch": 2, "producer": "replica-b"})
+    batch = [SupervisionSwap("t", "u", "a", 1, beat), SupervisionSwap("t", "u", "b", 1, taken)]
+    assert await store.compare_and_swap_many(batch) == [True, True]
+    assert await store.read("t", "u", "a") == beat
+    assert await store.read("t", "u", "b") == taken
+    listed = await store.list_stale_running(clock.advance(1), limit=10)
+    assert [(t.session_id, t.supervision.producer) for t in listed] == [
+        ("b", "replica-b"),
+        ("a", "replica-a"),
+    ]
+    # And a swap that knows no producer clears it rather than keeping a stale one.
+    unknown = beat.model_copy(update={"producer": None})
+    assert await store.compare_and_swap("t", "u", "a", 1, unknown)
+    assert await store.read("t", "u", "a") == unknown
+
+
+async def test_a_file_of_schema_version_4_gains_the_producer_column_on_open(
+    db_path: Path,
+) -> None:
+    # A file written before rows named their producer, with a turn running in it.
+    with _raw(db_path) as raw:
+        for migration in queries.MIGRATIONS[:4]:
+            for statement in migration:
+                raw.execute(statement)
+        raw.execute(queries.set_user_version(4))
+        raw.execute(
+            "INSERT INTO stream_supervision"
+            " (tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at)"
+            " VALUES (?, ?, ?, 1, ?, 'running', ?)",
+            (b"t", b"u", b"old", b"m-1", _ROW.heartbeat_at.isoformat()),
+        )
+    async with SQLiteDatabase(db_path) as database:
+        store = SQLiteChatStreamSupervisionStore(database)
+        assert await store.read("t", "u", "old") == _ROW
+        (listed,) = await store.list_stale_running(ManualClock().advance(1), limit=10)
+        assert (listed.session_id, listed.supervision) == ("old", _ROW)
+        named = _ROW.model_copy(update={"producer": "replica-a"})
+        assert await store.compare_and_swap("t", "u", "old", 1, named)
+        assert await store.read("t", "u", "old") == named
+    with _raw(db_path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone() == (queries.SCHEMA_VERSION,)
+        columns = {row[1]: row for row in raw.execute("PRAGMA table_info(stream_supervision)")}
+    assert columns["producer"][2:4] == ("TEXT", 0)  # its type, and nullable
+
+
 async def test_dead_turns_are_listed_with_their_exact_ids(database: SQLiteDatabase) -> None:
     store = SQLiteChatStreamSupervisionStore(database)
     ids = [*TRICKY_IDS, "x" * 2_000, "\udc80"]

@@ -103,6 +103,14 @@ class TetherMetrics:
             ["code"],
             registry=r,
         )
+        self.presence_tests = Counter(
+            "tether_presence_tests",
+            "Producers of late turns whose presence lock this replica tested, by verdict: "
+            "gone (the lock was free: their turns read dead at once) or held (alive, only "
+            "slow: their turns wait out the dead threshold)",
+            ["verdict"],
+            registry=r,
+        )
         self.fencing_rejections = Counter(
             "tether_fencing_rejections",
             "Turns stopped because a guarded write was refused (lease lost: takeover, cancel)",

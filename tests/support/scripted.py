@@ -11,7 +11,7 @@ the clock. Interleavings are then staged with ``tether.testing.interleavings``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -34,10 +34,12 @@ from tether.domain.chat_message import (
     ContentPartType,
 )
 from tether.domain.chat_request import ChatRequest, MultitaskStrategy, RequestHeaders
+from tether.domain.chat_stream_supervision_store import PresenceLock
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.turn import Turn
+from tether.runtime.presence import ReplicaPresence
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.testing.contracts import ManualClock
@@ -196,6 +198,34 @@ def question(text: str) -> ChatMessage:
     return ChatMessage(sender=ChatMessageSender.USER, content=text)
 
 
+class PresenceRegistry:
+    """The presence locks of in-process replicas (what ``flock`` or an advisory
+    lock is between processes): a replica's lock is held from ``present``
+    until its shutdown, which is how a scripted replica dies."""
+
+    def __init__(self) -> None:
+        self.held: set[str] = set()
+
+    def lock(self) -> PresenceLock:
+        return _RegisteredLock(self)
+
+
+class _RegisteredLock(PresenceLock):
+    def __init__(self, registry: PresenceRegistry) -> None:
+        self._registry = registry
+        self._replica_id: str | None = None
+
+    async def hold(self, replica_id: str) -> None:
+        self._registry.held.add(replica_id)
+        self._replica_id = replica_id
+
+    async def find_free(self, replica_ids: Collection[str]) -> set[str]:
+        return {r for r in replica_ids if r not in self._registry.held}
+
+    async def release(self) -> None:
+        self._registry.held.discard(self._replica_id or "")
+
+
 class ScriptedCluster:
     """Replicas (``ChatHandler``s) over one set of in-memory stores and one clock."""
 
@@ -213,6 +243,7 @@ class ScriptedCluster:
         )
         self.settings = replace(SETTINGS, **settings)
         self.replicas: list[ChatHandler] = []
+        self.presence = PresenceRegistry()
 
     def replica(self) -> ChatHandler:
         handler = ChatHandler(
@@ -220,6 +251,12 @@ class ScriptedCluster:
         )
         self.replicas.append(handler)
         return handler
+
+    async def present(self, replica: ChatHandler) -> ChatHandler:
+        """Give ``replica`` a presence lock, held until it shuts down (dies)."""
+        replica.presence = ReplicaPresence(self.presence.lock())
+        await replica.presence.start()
+        return replica
 
     async def start(
         self,

@@ -99,7 +99,7 @@ def setup_app(
         opened = await _open_stores(stores, mcp_oauth_store)
         if replica_clock is not None:
             await replica_clock.start()
-        handler.start()
+        await handler.start()
         if isinstance(retention, RetentionOff):
             # Unset is the default and says nothing new; set but impossible is
             # a misconfiguration the operator should see.

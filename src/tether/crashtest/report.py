@@ -177,6 +177,11 @@ def render_summary(report: CrashTestReport) -> RenderableType:
                 fenced += f", not in {of_fault['fence_unchecked']} (continued before takeover)"
         if of_fault["dead_to_new_content_s"]["p50"] is not None:
             fenced += f"; dead to new content {_spread(of_fault['dead_to_new_content_s'])}"
+        if of_fault.get("before_threshold"):
+            fenced += (
+                f"; {of_fault['before_threshold']} taken over before the dead threshold "
+                "(presence lock)"
+            )
         table.add_row(
             f"  {fault} ({of_fault['rounds']} rounds, {of_fault['turns']} turns)",
             f"recovery {_spread(of_fault['recovery_latency_s'])}; "

@@ -43,7 +43,11 @@ class RoundResult:
     """Fault to the first new content from another replica (None: no takeover)."""
     dead_to_new_content: float | None = None
     """Unattended rounds: from the moment the turn read dead (its last heartbeat
-    plus the dead threshold, by the store's clock) to the first new content."""
+    plus the dead threshold, by the store's clock) to the first new content;
+    None when the new content came before that moment."""
+    before_threshold: bool = False
+    """Unattended rounds: the new content came before the turn could read dead
+    by its heartbeat's age (the producer's free presence lock said so first)."""
     duration: float = 0.0
     tool_runs: int | None = None
     expected_tool_runs: int | None = None
@@ -100,6 +104,7 @@ class RoundResult:
             "recovery_latency_s": _rounded(self.recovery_latency),
             "takeover_latency_s": _rounded(self.takeover_latency),
             "dead_to_new_content_s": _rounded(self.dead_to_new_content),
+            "before_threshold": self.before_threshold,
             "duration_s": _rounded(self.duration),
             "tool_runs": self.tool_runs,
             "expected_tool_runs": self.expected_tool_runs,
@@ -200,6 +205,7 @@ class CrashTestReport:
                 "dead_to_new_content_s": _spread(
                     _present(r.dead_to_new_content for r in of_fault), with_max=True
                 ),
+                "before_threshold": sum(1 for r in of_fault if r.before_threshold),
             }
         return {
             "time_to_first_message_s": _spread(_present(r.time_to_first_message for r in results)),

@@ -987,7 +987,10 @@ def _measure(result: RoundResult, evidence: _Evidence) -> None:
         if evidence.dead_at is not None and result.recovery_latency is not None:
             shown_at = fault_at + result.recovery_latency
             wall = shown_at + (time.time() - time.monotonic())
-            result.dead_to_new_content = wall - evidence.dead_at
+            if wall >= evidence.dead_at:
+                result.dead_to_new_content = wall - evidence.dead_at
+            else:
+                result.before_threshold = True
 
 
 def _first_new(

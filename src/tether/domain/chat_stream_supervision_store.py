@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -29,6 +30,10 @@ class ChatStreamSupervision(BaseModel):
     heartbeat_at: datetime
     message_id: str
     epoch: int
+    producer: str | None = None
+    """The replica process producing the turn (``tether.runtime.presence``),
+    when it holds a presence lock the others can test; None otherwise (a
+    replica without one, a seed-only adapter, a row written before it)."""
 
     @field_validator("heartbeat_at")
     @classmethod
@@ -36,12 +41,28 @@ class ChatStreamSupervision(BaseModel):
         # Stores compare heartbeats written by different processes: keep them in UTC.
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
-    def is_dead(self, now: datetime, dead_after: timedelta = DEAD_AFTER) -> bool:
-        """A crashed process cannot record its own death: the reader decides, by age."""
-        return self.status is ChatStreamStatus.RUNNING and now - self.heartbeat_at > dead_after
+    def is_dead(
+        self,
+        now: datetime,
+        dead_after: timedelta = DEAD_AFTER,
+        gone: Collection[str] = (),
+    ) -> bool:
+        """A crashed process cannot record its own death: the reader decides, by
+        age, or at once when its producer is among the replicas known ``gone``
+        (their presence lock was found free)."""
+        if self.status is not ChatStreamStatus.RUNNING:
+            return False
+        return now - self.heartbeat_at > dead_after or (
+            self.producer is not None and self.producer in gone
+        )
 
-    def is_live(self, now: datetime, dead_after: timedelta = DEAD_AFTER) -> bool:
-        return self.status is ChatStreamStatus.RUNNING and not self.is_dead(now, dead_after)
+    def is_live(
+        self,
+        now: datetime,
+        dead_after: timedelta = DEAD_AFTER,
+        gone: Collection[str] = (),
+    ) -> bool:
+        return self.status is ChatStreamStatus.RUNNING and not self.is_dead(now, dead_after, gone)
 
 
 @dataclass(frozen=True)
@@ -64,6 +85,37 @@ class SupervisionSwap:
     session_id: str
     expected_epoch: int | None
     supervision: ChatStreamSupervision
+
+
+_REPLICA_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def is_replica_id(value: str) -> bool:
+    """Whether ``value`` can be a replica's presence id (uuid4 hex): anything
+    else read from a row is not tested, and never becomes a path."""
+    return _REPLICA_ID.fullmatch(value) is not None
+
+
+class PresenceLock(ABC):
+    """A backend's way to hold a replica's presence and to test others'
+    (``tether.runtime.presence``).
+
+    ``hold`` is called once, before the replica writes a row naming its id;
+    ``find_free`` answers which of the given ids no live process holds. An
+    id it cannot judge (it never saw its lock) is *not* free: a wrong "free"
+    costs a needless takeover, a wrong "held" only the dead threshold."""
+
+    @abstractmethod
+    async def hold(self, replica_id: str) -> None:
+        """Take the lock for ``replica_id`` until ``release`` or the process's death."""
+
+    @abstractmethod
+    async def find_free(self, replica_ids: Collection[str]) -> set[str]:
+        """The ids among ``replica_ids`` whose lock no live process holds."""
+
+    @abstractmethod
+    async def release(self) -> None:
+        """Give the lock up (a clean exit); idempotent."""
 
 
 class ChatStreamSupervisionStore(ABC):
@@ -198,5 +250,16 @@ class ChatStreamSupervisionStore(ABC):
         ``NotImplementedError``: each replica then uses its own clock, which
         is exact on one host (SQLite, the file store) and as good as NTP
         keeps the hosts otherwise.
+        """
+        raise NotImplementedError
+
+    def presence_lock(self) -> PresenceLock:
+        """A lock by which replicas sharing this store tell a killed replica
+        from a slow one (``tether.runtime.presence``): its turns then read
+        dead at once instead of after the dead threshold.
+
+        Optional: the file store and SQLite answer an ``flock`` on their host,
+        PostgreSQL a session-level advisory lock. The default raises
+        ``NotImplementedError``: turns read dead by heartbeat age alone.
         """
         raise NotImplementedError

@@ -34,7 +34,12 @@ from tether.domain.chat_message import (
     ToolCallStatus,
 )
 from tether.domain.chat_request import ChatRequest, MultitaskStrategy
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervision,
+    ChatStreamSupervisionStore,
+    PresenceLock,
+)
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
 from tether.handlers.errors import (
@@ -64,6 +69,7 @@ from tether.runtime.lease import (
     claim,
 )
 from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
+from tether.runtime.presence import ReplicaPresence
 from tether.runtime.recording_flusher import RecordingFlusher
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
@@ -148,11 +154,17 @@ class ChatHandler:
             else None
         )
         self.queue = TurnQueue(self)
+        self.presence = ReplicaPresence(_presence_lock(stores.supervision))
         self.takeovers = AutomaticTakeover(
             self,
             interval=settings.takeover_scan_interval,
             limit=settings.takeover_limit,
             resume=settings.takeover,
+            # Past one missed renewal (and a scan's wait): a row this late is
+            # worth a test of its producer's presence lock.
+            suspect_after=timedelta(
+                seconds=settings.heartbeat_interval + settings.takeover_scan_interval
+            ),
         )
         self.deltas = (
             DeltaPublisher(stores.recording, window=settings.delta_window)
@@ -433,6 +445,8 @@ class ChatHandler:
             raise_fences=functools.partial(raise_fences, self.stores, key),
             takeover_of=takeover_of,
             automatic=automatic,
+            producer=self.presence.producer,
+            gone=self.presence.gone,
         )
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
@@ -443,7 +457,7 @@ class ChatHandler:
             raise TurnEndedError(f"turn {message_id} is finished or was replaced by a newer turn")
         if row.status is not ChatStreamStatus.RUNNING:
             raise TurnEndedError(f"turn {message_id} is {_VERDICTS[row.status]}; nothing to resume")
-        if row.is_live(self.clock(), self.dead_after):
+        if row.is_live(self.clock(), self.dead_after, self.presence.gone):
             raise ConversationBusyError(
                 f"turn {message_id} is still running; attach to it instead",
                 message_id=message_id,
@@ -619,7 +633,8 @@ class ChatHandler:
 
     def _verdict(self, row: ChatStreamSupervision) -> str:
         if row.status is ChatStreamStatus.RUNNING:
-            return "dead" if row.is_dead(self.clock(), self.dead_after) else "running"
+            dead = row.is_dead(self.clock(), self.dead_after, self.presence.gone)
+            return "dead" if dead else "running"
         return _VERDICTS[row.status]
 
     async def cancel(
@@ -863,9 +878,16 @@ class ChatHandler:
     def _running_turns(self) -> list[Turn]:
         return [t for t in self._turns.values() if t.task is not None and not t.task.done()]
 
-    def start(self) -> None:
-        """Start the replica's own background work (the app's start-up): the
-        automatic takeover of dead turns."""
+    async def start(self) -> None:
+        """Start the replica's own background work (the app's start-up): its
+        presence lock, and the automatic takeover of dead turns."""
+        await self.presence.start()
+        if self.presence.producer is not None:
+            logger.info(
+                "presence lock held: this replica's turns read dead the moment it dies "
+                "(replica %s)",
+                self.presence.replica_id,
+            )
         if self.takeovers.start():
             logger.info(
                 "automatic takeover is on: every %s s this replica looks for dead turns",
@@ -894,6 +916,9 @@ class ChatHandler:
             await self.flusher.aclose()
         if self.deltas is not None:
             await self.deltas.aclose()
+        # Released last, once nothing of this replica writes: any turn it leaves
+        # running then reads dead to the others at once, not after the threshold.
+        await self.presence.aclose()
 
 
 def _with_error(
@@ -935,3 +960,13 @@ def _closed_tool_calls(answer: ChatMessage, why: str) -> ChatMessage:
         for part in parts
     ]
     return answer.model_copy(update={"content_parts": closed})
+
+
+def _presence_lock(store: ChatStreamSupervisionStore | None) -> PresenceLock | None:
+    """The supervision store's presence lock, where its backend has one."""
+    if store is None:
+        return None
+    try:
+        return store.presence_lock()
+    except NotImplementedError:
+        return None

@@ -7,7 +7,12 @@ the replicas do it by themselves, within a second of the turn reading dead:
 - Every ``TETHER_TAKEOVER_SCAN_INTERVAL`` (0.25 s) each replica asks the supervision
   store for RUNNING rows whose heartbeat is older than the dead threshold
   (``list_stale_running``: an index, a sorted set, one directory; the cost
-  does not grow with the live turns of other replicas).
+  does not grow with the live turns of other replicas). Where the replicas
+  hold presence locks (``tether.runtime.presence``: SQLite, the file store,
+  PostgreSQL) it asks for rows not renewed for a little over one heartbeat
+  interval, and those whose producer's lock is free are dead at once: a
+  killed replica's turns are taken over about a second after the kill, not
+  three; a slow one's still wait out the threshold.
 - For each, it reads the turn's checkpoint marker, which carries what a
   takeover needs (the agent, its bot params, the requester's roles and
   tenants), rebuilds the request and resumes the turn exactly as a client's
@@ -39,6 +44,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
@@ -86,10 +92,13 @@ class AutomaticTakeover:
         interval: float,
         limit: int,
         resume: bool = True,
+        suspect_after: timedelta = timedelta(seconds=1.25),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._handler = handler
         self._interval = interval
+        self.suspect_after = suspect_after
+        """Rows not renewed for this long get their producer's presence tested."""
         self._limit = limit
         self._resume = resume
         self._monotonic = monotonic
@@ -133,9 +142,8 @@ class AutomaticTakeover:
         handler = self._handler
         store = handler.stores.supervision
         assert store is not None
-        cutoff = handler.clock() - handler.dead_after
+        found = await self._dead_turns(store)
         handled = 0
-        found = await store.list_stale_running(cutoff, _BATCH)
         random.shuffle(found)
         for stale in found:
             if stale.tenant == LEASE_KEY.tenant or handler.draining:
@@ -153,6 +161,32 @@ class AutomaticTakeover:
                     failures, self._monotonic() + delay
                 )
         return handled
+
+    async def _dead_turns(self, store: ChatStreamSupervisionStore) -> list[StaleTurn]:
+        """The RUNNING rows that read dead now: by heartbeat age, or, where the
+        replicas hold presence locks, because their producer is gone.
+
+        With presence, the listing reaches back only a little past one
+        heartbeat interval: a killed producer's rows are the first to stop
+        being renewed, so they are the oldest there. Each distinct producer
+        among rows not yet dead by age costs one lock test per scan, and
+        only while its rows are late."""
+        handler = self._handler
+        presence = handler.presence
+        now = handler.clock()
+        suspect = self.suspect_after if presence.available else handler.dead_after
+        found = await store.list_stale_running(now - suspect, _BATCH)
+        late = {
+            s.supervision.producer
+            for s in found
+            if s.supervision.producer is not None
+            and not s.supervision.is_dead(now, handler.dead_after)
+        }
+        if late:
+            gone = await presence.find_gone(late)
+            handler.metrics.presence_tests.labels("gone").inc(len(gone))
+            handler.metrics.presence_tests.labels("held").inc(len(late - gone))
+        return [s for s in found if s.supervision.is_dead(now, handler.dead_after, presence.gone)]
 
     async def _take(self, stale: StaleTurn) -> bool:
         """Take ``stale`` over, or end it; whether this replica did."""

@@ -152,6 +152,7 @@ class HeartbeatBatcher:
                     heartbeat_at=now,
                     message_id=h.lease.message_id,
                     epoch=h.lease.epoch,
+                    producer=h.lease.producer,
                 ),
             )
             for h in held

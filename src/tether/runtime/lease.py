@@ -13,7 +13,7 @@ refused instead of bringing a finished or handed-off turn back to life.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -83,6 +83,7 @@ class Lease:
         epoch: int,
         clock: Clock,
         takeover: Takeover | None = None,
+        producer: str | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -97,6 +98,8 @@ class Lease:
         """When the row last held a heartbeat of ours that the store accepted."""
         self.takeover = takeover
         """Set when this lease was taken from a dead producer."""
+        self.producer = producer
+        """This replica's presence id, written into every row of the lease."""
 
     async def _swap(
         self, status: ChatStreamStatus, *, heartbeat_at: datetime | None = None, bump: bool
@@ -107,6 +110,7 @@ class Lease:
             heartbeat_at=heartbeat_at or self._clock(),
             message_id=self.message_id,
             epoch=new_epoch,
+            producer=self.producer,
         )
         k = self.key
         written = await self.store.compare_and_swap(
@@ -165,6 +169,8 @@ async def claim(
     raise_fences: RaiseFences | None = None,
     takeover_of: str | None = None,
     automatic: bool = False,
+    producer: str | None = None,
+    gone: Collection[str] = (),
 ) -> Lease:
     """Claim the conversation for ``message_id`` at the next epoch.
 
@@ -173,7 +179,9 @@ async def claim(
     Raises ClaimRefusedError naming the occupant otherwise, or when another
     replica's compare-and-swap won the race. The lease of a takeover says its
     cause (``automatic`` when a replica's takeover loop claims) and since when
-    the turn was dead.
+    the turn was dead. A row whose producer is among the replicas known
+    ``gone`` (``tether.runtime.presence``) is dead whatever its heartbeat's
+    age. Every row the lease writes names ``producer``.
 
     The other stores are fenced at the new epoch (``raise_fences``; none when
     the supervision row is all there is) *before* it is granted, so
@@ -184,10 +192,12 @@ async def claim(
     """
     current = await store.read(key.tenant, key.requester_uuid, key.session_id)
     now = clock()
-    if current is not None and current.is_live(now, dead_after):
+    if current is not None and current.is_live(now, dead_after, gone):
         raise ClaimRefusedError(current)
     if takeover_of is not None and (
-        current is None or current.message_id != takeover_of or not current.is_dead(now, dead_after)
+        current is None
+        or current.message_id != takeover_of
+        or not current.is_dead(now, dead_after, gone)
     ):
         raise ClaimRefusedError(current)
     expected = None if current is None else current.epoch
@@ -199,7 +209,11 @@ async def claim(
     if raise_fences is not None:
         await raise_fences(epoch)
     row = ChatStreamSupervision(
-        status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id=message_id, epoch=epoch
+        status=ChatStreamStatus.RUNNING,
+        heartbeat_at=now,
+        message_id=message_id,
+        epoch=epoch,
+        producer=producer,
     )
     if not await store.compare_and_swap(
         key.tenant, key.requester_uuid, key.session_id, expected, row
@@ -208,7 +222,7 @@ async def claim(
     taken = None
     if takeover_of is not None and current is not None:
         taken = _takeover(current, now, dead_after, automatic=automatic)
-    return Lease(store, key, message_id, epoch, clock, taken)
+    return Lease(store, key, message_id, epoch, clock, taken, producer)
 
 
 def _takeover(
@@ -217,4 +231,6 @@ def _takeover(
     if dead.heartbeat_at == _LONG_AGO:
         return Takeover(TakeoverCause.DRAIN, now)
     cause = TakeoverCause.AUTOMATIC if automatic else TakeoverCause.CLIENT
-    return Takeover(cause, dead.heartbeat_at + dead_after)
+    # Read dead by its producer's free presence lock, before the threshold:
+    # the verdict is the claim's own moment (a close upper bound).
+    return Takeover(cause, min(dead.heartbeat_at + dead_after, now))

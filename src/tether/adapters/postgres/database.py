@@ -377,6 +377,13 @@ class PostgresDatabase:
             )
         return self._pool
 
+    async def connect_directly(self) -> AsyncConnection[Any]:
+        """A connection of the caller's own, outside the pool (autocommit), for
+        a session that must live as long as the caller (a replica's presence
+        lock); the caller closes it."""
+        async with self._translated(self._timeout, "is unreachable"):
+            return await self._connect_directly()
+
     async def _connect_directly(self) -> AsyncConnection[Any]:
         # Outside the pool: the probe, the listener, and schema work before open().
         conninfo = await _resolve(self._pool.conninfo)

@@ -221,6 +221,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        version=5,
+        description="the replica producing each turn",
+        statements=(
+            # ChatStreamSupervision.producer: lets a reader tell a killed
+            # replica's turns at once, by its presence lock. Nullable, no
+            # default, so adding it rewrites no row: the rows already there, and
+            # those that replicas of the previous release claim during a rolling
+            # deploy, have none (their swaps leave the column as it was).
+            "ALTER TABLE tether_stream_supervision ADD COLUMN producer text",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

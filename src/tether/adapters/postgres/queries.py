@@ -129,7 +129,7 @@ DELETE_STATE: Final = "DELETE FROM tether_agent_state WHERE key = %(key)s"
 # Supervision ----------------------------------------------------------------------------
 
 READ_SUPERVISION: Final = """
-SELECT status, heartbeat_at, message_id, epoch
+SELECT status, heartbeat_at, message_id, epoch, producer
 FROM tether_stream_supervision
 WHERE key = %(key)s
 """
@@ -144,7 +144,7 @@ LIMIT 1
 """The requester's row holding a turn; served by the hash index on ``message_id``."""
 
 LIST_STALE_SUPERVISION: Final = """
-SELECT tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch
+SELECT tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch, producer
 FROM tether_stream_supervision
 WHERE status = 'running' AND heartbeat_at < %(heartbeat_before)s
 ORDER BY heartbeat_at, key
@@ -168,9 +168,10 @@ release, during a rolling deploy, writes rows without raising the epoch table.""
 CLAIM_SUPERVISION: Final = """
 WITH written AS (
     INSERT INTO tether_stream_supervision
-        (key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch)
+        (key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch,
+         producer)
     SELECT %(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s,
-           %(status)s, %(heartbeat_at)s, %(message_id)s, %(epoch)s
+           %(status)s, %(heartbeat_at)s, %(message_id)s, %(epoch)s, %(producer)s
     WHERE %(epoch)s > coalesce(
         (SELECT epoch FROM tether_stream_supervision_epoch WHERE key = %(key)s), 0
     )
@@ -200,7 +201,7 @@ SWAP_SUPERVISION: Final = """
 WITH written AS (
     UPDATE tether_stream_supervision
     SET status = %(status)s, heartbeat_at = %(heartbeat_at)s,
-        message_id = %(message_id)s, epoch = %(epoch)s
+        message_id = %(message_id)s, epoch = %(epoch)s, producer = %(producer)s
     WHERE key = %(key)s AND epoch = %(expected_epoch)s
     RETURNING key, tenant, requester_uuid, session_id, epoch,
               CASE WHEN epoch <> %(expected_epoch)s
@@ -231,17 +232,19 @@ WITH swap AS (
     FROM unnest(
         %(keys)s::bytea[], %(tenants)s::text[], %(requester_uuids)s::text[],
         %(session_ids)s::text[], %(expected_epochs)s::bigint[], %(statuses)s::text[],
-        %(heartbeats)s::timestamptz[], %(message_ids)s::text[], %(epochs)s::bigint[]
+        %(heartbeats)s::timestamptz[], %(message_ids)s::text[], %(epochs)s::bigint[],
+        %(producers)s::text[]
     ) WITH ORDINALITY AS swap (
         key, tenant, requester_uuid, session_id, expected_epoch, status,
-        heartbeat_at, message_id, epoch, position
+        heartbeat_at, message_id, epoch, producer, position
     )
 ),
 claimed AS (
     INSERT INTO tether_stream_supervision
-        (key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch)
+        (key, tenant, requester_uuid, session_id, status, heartbeat_at, message_id, epoch,
+         producer)
     SELECT swap.key, swap.tenant, swap.requester_uuid, swap.session_id, swap.status,
-           swap.heartbeat_at, swap.message_id, swap.epoch
+           swap.heartbeat_at, swap.message_id, swap.epoch, swap.producer
     FROM swap
     LEFT JOIN tether_stream_supervision_epoch AS granted ON granted.key = swap.key
     WHERE swap.expected_epoch IS NULL AND swap.epoch > coalesce(granted.epoch, 0)
@@ -252,7 +255,7 @@ claimed AS (
 swapped AS (
     UPDATE tether_stream_supervision AS stored
     SET status = swap.status, heartbeat_at = swap.heartbeat_at,
-        message_id = swap.message_id, epoch = swap.epoch
+        message_id = swap.message_id, epoch = swap.epoch, producer = swap.producer
     FROM swap
     WHERE stored.key = swap.key AND stored.epoch = swap.expected_epoch
     RETURNING stored.key, stored.tenant, stored.requester_uuid, stored.session_id,

@@ -14,10 +14,12 @@ from pydantic import ValidationError
 from tether.adapters.postgres import queries
 from tether.adapters.postgres._keys import check_ids, session_key, written_per_item
 from tether.adapters.postgres._store import PostgresStore
+from tether.adapters.postgres.presence import PostgresPresenceLock
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    PresenceLock,
     StaleTurn,
     SupervisionSwap,
 )
@@ -64,6 +66,11 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
     def for_another_loop(self) -> PostgresChatStreamSupervisionStore:
         """This store on a database of one connection of its own (see the base class)."""
         return type(self)(self._database.with_one_connection())
+
+    def presence_lock(self) -> PresenceLock:
+        """A session-level advisory lock per replica, on a connection of its own
+        (``tether.adapters.postgres.presence``)."""
+        return PostgresPresenceLock(self._database)
 
     async def compare_and_swap(
         self,
@@ -220,7 +227,10 @@ def _stale_turn(row: DictRow) -> StaleTurn:
     ids = (row["tenant"], row["requester_uuid"], row["session_id"])
     try:
         supervision = ChatStreamSupervision.model_validate(
-            {field: row[field] for field in ("status", "heartbeat_at", "message_id", "epoch")}
+            {
+                field: row[field]
+                for field in ("status", "heartbeat_at", "message_id", "epoch", "producer")
+            }
         )
     except ValidationError as error:
         raise StoreCorruptedError(
@@ -236,13 +246,18 @@ def _is_heartbeat(expected_epoch: int | None, supervision: ChatStreamSupervision
     return expected_epoch == supervision.epoch and supervision.status is ChatStreamStatus.RUNNING
 
 
+def _check_row_ids(supervision: ChatStreamSupervision) -> None:
+    # The row's text columns besides the ids of its key (``session_key`` checks those).
+    check_ids(supervision.message_id, supervision.producer or "")
+
+
 def _row_params(
     tenant: str,
     requester_uuid: str | None,
     session_id: str,
     supervision: ChatStreamSupervision,
 ) -> dict[str, Any]:
-    check_ids(supervision.message_id)
+    _check_row_ids(supervision)
     return {
         "key": session_key(tenant, requester_uuid, session_id),
         "tenant": tenant,
@@ -252,12 +267,13 @@ def _row_params(
         "heartbeat_at": supervision.heartbeat_at,
         "message_id": supervision.message_id,
         "epoch": supervision.epoch,
+        "producer": supervision.producer,
     }
 
 
 def _batch_params(swaps: list[tuple[int, SupervisionSwap, bytes]]) -> dict[str, Any]:
     for _, swap, _ in swaps:
-        check_ids(swap.supervision.message_id)
+        _check_row_ids(swap.supervision)
     return {
         "keys": [key for _, _, key in swaps],
         "tenants": [swap.tenant for _, swap, _ in swaps],
@@ -268,6 +284,7 @@ def _batch_params(swaps: list[tuple[int, SupervisionSwap, bytes]]) -> dict[str, 
         "heartbeats": [swap.supervision.heartbeat_at for _, swap, _ in swaps],
         "message_ids": [swap.supervision.message_id for _, swap, _ in swaps],
         "epochs": [swap.supervision.epoch for _, swap, _ in swaps],
+        "producers": [swap.supervision.producer for _, swap, _ in swaps],
         "relaxed_commit": all(
             _is_heartbeat(swap.expected_epoch, swap.supervision) for _, swap, _ in swaps
         ),

@@ -89,6 +89,11 @@ class KeyLayout:
         """The sorted set of conversations with a RUNNING row, by heartbeat."""
         return f"{self.prefix}running-heartbeats"
 
+    def presence_client(self, replica_id: str) -> str:
+        """Not a key: the client name of a replica's presence connection
+        (``tether.adapters.redis.presence``)."""
+        return f"{self.prefix}presence:{replica_id}"
+
     def agent_state(self, conversation: str) -> str:
         return f"{self.prefix}agent-state:{conversation}"
 

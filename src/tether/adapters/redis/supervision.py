@@ -10,11 +10,13 @@ from urllib.parse import unquote
 from tether.adapters.redis._changes import announcement
 from tether.adapters.redis._keys import encode_part
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
+from tether.adapters.redis.presence import RedisPresenceLock
 from tether.domain.chat_stream_recording_store import StreamChange
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    PresenceLock,
     StaleTurn,
     SupervisionSwap,
 )
@@ -59,6 +61,10 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     oldest members and their rows in one script. Members whose row expired
     are removed when a listing meets them.
     """
+
+    def presence_lock(self) -> PresenceLock:
+        """A named client connection per replica (``tether.adapters.redis.presence``)."""
+        return RedisPresenceLock(self._connection)
 
     def for_another_loop(self) -> RedisChatStreamSupervisionStore:
         """This store over a client of its own (see the base class)."""

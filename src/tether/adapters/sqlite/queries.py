@@ -150,6 +150,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         CREATE INDEX stream_supervision_by_heartbeat ON stream_supervision (status, heartbeat_us)
         """,
     ),
+    # Version 5: the replica producing a turn (``ChatStreamSupervision.producer``),
+    # so that a reader can tell a killed replica's turns without waiting out the
+    # dead threshold. NULL where none is known: the rows already there, and those
+    # of a replica without a presence lock. TEXT, not an id BLOB: the replica
+    # makes it up itself (uuid4 hex), no request ever sets it.
+    ("ALTER TABLE stream_supervision ADD COLUMN producer TEXT",),
 )
 """Migration ``n`` (1-based) brings the schema from version ``n - 1`` to ``n``.
 Append new migrations; never edit one that has shipped."""
@@ -216,7 +222,7 @@ STATE_RAISE_FENCE = """
 # Stream supervision -------------------------------------------------------------------
 
 SUPERVISION_READ = """
-    SELECT epoch, message_id, status, heartbeat_at FROM stream_supervision
+    SELECT epoch, message_id, status, heartbeat_at, producer FROM stream_supervision
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
 """
 # The highest epoch ever written, also once the row is gone.
@@ -228,8 +234,8 @@ SUPERVISION_LAST_EPOCH = """
 # epoch above every epoch granted before (a removed row's stays in stream_epoch) ...
 SUPERVISION_CLAIM = """
     INSERT INTO stream_supervision
-        (tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at)
-    SELECT :tenant, :user, :session, :epoch, :message_id, :status, :heartbeat_at
+        (tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at, producer)
+    SELECT :tenant, :user, :session, :epoch, :message_id, :status, :heartbeat_at, :producer
     WHERE :epoch > coalesce((
         SELECT epoch FROM stream_epoch
         WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
@@ -241,7 +247,7 @@ SUPERVISION_CLAIM = """
 SUPERVISION_SWAP = """
     UPDATE stream_supervision
     SET epoch = :epoch, message_id = :message_id, status = :status,
-        heartbeat_at = :heartbeat_at
+        heartbeat_at = :heartbeat_at, producer = :producer
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
         AND epoch = :expected_epoch
 """
@@ -262,7 +268,8 @@ SUPERVISION_FIND_BY_MESSAGE = """
 # Turns whose producer died: RUNNING rows with a heartbeat before ``:before_us``,
 # oldest first, read in order off the stream_supervision_by_heartbeat index.
 SUPERVISION_LIST_STALE = """
-    SELECT tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at
+    SELECT tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at,
+        producer
     FROM stream_supervision
     WHERE status = :running AND heartbeat_us < :before_us
     ORDER BY heartbeat_us ASC

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from tether.adapters.flock_presence import FlockPresenceLock
 from tether.adapters.sqlite import _codec, queries
 from tether.adapters.sqlite._codec import RowKey
 from tether.adapters.sqlite._store import SQLiteStore
@@ -16,6 +17,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    PresenceLock,
     StaleTurn,
     SupervisionSwap,
 )
@@ -45,6 +47,12 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
     ``list_stale_running`` is one range read of the ``(status, heartbeat_us)``
     index.
     """
+
+    def presence_lock(self) -> PresenceLock:
+        """An ``flock`` per replica beside the database file, which every
+        replica sharing it reaches on the same host (``tether.runtime.presence``)."""
+        path = self._database.path
+        return FlockPresenceLock(path.with_name(f"{path.name}.presence"))
 
     async def compare_and_swap(
         self,
@@ -154,6 +162,7 @@ def _swap_all(connection: sqlite3.Connection, swaps: list[SupervisionSwap]) -> l
             "message_id": _codec.key(row.message_id),
             "status": row.status.value,
             "heartbeat_at": row.heartbeat_at.isoformat(),
+            "producer": row.producer,
         }
         if swap.expected_epoch is None:
             cursor = connection.execute(queries.SUPERVISION_CLAIM, values)
@@ -184,6 +193,7 @@ def _stale(
     message_id: object,
     status: object,
     heartbeat_at: object,
+    producer: object,
 ) -> StaleTurn:
     what = "a stream_supervision row"
     row = RowKey(
@@ -195,12 +205,19 @@ def _stale(
         row.tenant,
         row.user or None,  # the anonymous requester is stored as ""
         row.session,
-        _supervision(row.describe("stream_supervision"), epoch, message_id, status, heartbeat_at),
+        _supervision(
+            row.describe("stream_supervision"), epoch, message_id, status, heartbeat_at, producer
+        ),
     )
 
 
 def _supervision(
-    what: str, epoch: object, message_id: object, status: object, heartbeat_at: object
+    what: str,
+    epoch: object,
+    message_id: object,
+    status: object,
+    heartbeat_at: object,
+    producer: object,
 ) -> ChatStreamSupervision:
     try:
         return ChatStreamSupervision.model_validate(
@@ -209,6 +226,7 @@ def _supervision(
                 "message_id": _codec.text(message_id, what),
                 "status": status,
                 "heartbeat_at": heartbeat_at,
+                "producer": producer,
             }
         )
     except ValidationError as exc:

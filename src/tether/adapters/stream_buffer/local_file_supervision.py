@@ -33,10 +33,12 @@ from tether.adapters._files import (
     store_root,
     write_json,
 )
+from tether.adapters.flock_presence import FlockPresenceLock
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
+    PresenceLock,
     StaleTurn,
     SupervisionSwap,
 )
@@ -186,6 +188,11 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         root = child_path(self._base, _SUPERVISION)
         return await run_in_thread(_list_stale, root, heartbeat_before, limit)
 
+    def presence_lock(self) -> PresenceLock:
+        """An ``flock`` per replica under the store's directory: the processes
+        sharing the directory share a host (``tether.runtime.presence``)."""
+        return FlockPresenceLock(child_path(self._base, _PRESENCE))
+
     def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> _RowFiles:
         files = row_files(self._base, _SUPERVISION, tenant, requester_uuid or "", session_id)
         return _RowFiles(
@@ -200,6 +207,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
 
 
 _BY_MESSAGE = "stream-supervision-by-message"
+_PRESENCE = "replica-presence"
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,41 @@ class ChatStreamSupervisionStaleContract(_Fixtures):
         for n in range(5):
             await store.delete(tenant, "u", f"s-{n}", f"m-{n}", 1)
 
+    async def test_the_producer_round_trips_through_every_write_and_read(
+        self, store: ChatStreamSupervisionStore, tenant: str, base: datetime
+    ) -> None:
+        """A row names the replica producing it (``tether.runtime.presence``):
+        every write keeps what it is given, every read returns it."""
+
+        def row(at: float, epoch: int, message_id: str, producer: str | None) -> Any:
+            return ChatStreamSupervision(
+                status=ChatStreamStatus.RUNNING,
+                heartbeat_at=base + timedelta(seconds=at),
+                message_id=message_id,
+                epoch=epoch,
+                producer=producer,
+            )
+
+        named, anonymous = row(0, 1, "m-named", "replica-a"), row(0, 1, "m-anonymous", None)
+        assert await store.compare_and_swap(tenant, "alice", "named", None, named)
+        assert await store.compare_and_swap(tenant, "alice", "anonymous", None, anonymous)
+        assert await store.read(tenant, "alice", "named") == named
+        assert await store.read(tenant, "alice", "anonymous") == anonymous
+        swaps = [  # a heartbeat, and a takeover by another replica
+            SupervisionSwap(tenant, "alice", "named", 1, row(1, 1, "m-named", "replica-a")),
+            SupervisionSwap(tenant, "alice", "anonymous", 1, row(2, 2, "m-taken", "replica-b")),
+        ]
+        assert await store.compare_and_swap_many(swaps) == [True, True]
+        for swap in swaps:
+            assert await store.read(tenant, "alice", swap.session_id) == swap.supervision
+        listed = await store.list_stale_running(base + timedelta(seconds=3), limit=1_000)
+        assert [(t.session_id, t.supervision) for t in listed if t.tenant == tenant] == [
+            (swap.session_id, swap.supervision) for swap in swaps
+        ]
+        for swap in swaps:
+            written = swap.supervision
+            await store.delete(tenant, "alice", swap.session_id, written.message_id, written.epoch)
+
 
 async def _stale(
     store: ChatConversationStore, before: datetime, tenants: set[str]

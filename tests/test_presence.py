@@ -1,0 +1,132 @@
+"""Presence: a killed replica's turns read dead at once, a slow one's do not.
+
+In-process replicas over one set of in-memory stores and one hand-moved
+clock (``tests.support.scripted``), each holding a presence lock until it
+shuts down (its death); the surviving replica's takeover loop runs one scan
+at a time. The real locks (``flock``, PostgreSQL's advisory lock) are tested
+with real processes and signals in ``tests/test_presence_locks.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+from tests.support.scripted import ScriptedCluster
+from tether.domain.chat_message import ChatMessageSender
+from tether.handlers.chat_handler import ChatHandler
+from tether.testing.interleavings import hold
+
+SUSPECT_AFTER = timedelta(seconds=1.25)
+"""A heartbeat interval and a scan: what ``tether serve``'s defaults give."""
+LATE = 1.5
+"""Seconds past the producer's last heartbeat: suspect, far from the 3 s threshold."""
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[ScriptedCluster]:
+    staged = ScriptedCluster(takeover_scan_interval=0.01)
+    try:
+        yield staged
+    finally:
+        await staged.aclose()
+
+
+async def _survivor(cluster: ScriptedCluster) -> ChatHandler:
+    survivor = await cluster.present(cluster.replica())
+    survivor.takeovers.suspect_after = SUSPECT_AFTER
+    return survivor
+
+
+def _tests(replica: ChatHandler, verdict: str) -> float | None:
+    return replica.metrics.registry.get_sample_value(
+        "tether_presence_tests_total", {"verdict": verdict}
+    )
+
+
+async def test_a_killed_producers_turn_is_taken_over_before_the_dead_threshold(
+    cluster: ScriptedCluster,
+) -> None:
+    a = await cluster.present(cluster.replica())
+    b = await _survivor(cluster)
+    turn = await cluster.start(a, "s1", "Where do rivers go?")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    first.checkpoint()
+    await first.spoken()
+    row = await cluster.stores.supervision.read("t", "u", "s1")  # type: ignore[union-attr]
+    assert row is not None and row.producer == a.presence.replica_id
+    await a.shutdown()  # SIGKILL: no verdict, and the process's lock is gone
+    cluster.clock.advance(LATE)
+
+    assert await b.takeovers.scan() == 1
+    assert _tests(b, "gone") == 1
+    second = cluster.scripts.of(turn.message_id, 1)
+    async with asyncio.timeout(10):
+        await second.started.wait()
+    second.say(", always.")
+    second.finish()
+    assert await cluster.ended(b._turns[turn.message_id]) == "done"
+    bots = [m.content for m in await cluster.transcript("s1") if m.sender is ChatMessageSender.BOT]
+    assert bots == ["To the sea, always."]
+    taken = b.metrics.registry.get_sample_value
+    assert taken("tether_takeovers_total", {"cause": "automatic"}) == 1
+
+
+async def test_a_slow_producer_keeps_its_turn_until_the_threshold(
+    cluster: ScriptedCluster,
+) -> None:
+    """Its heartbeats are late (held at the store), but it lives and holds its
+    lock: the survivor tests the lock, finds it held, and leaves the turn."""
+    a = await cluster.present(cluster.replica())
+    b = await _survivor(cluster)
+    assert cluster.stores.supervision is not None
+    late = hold(cluster.stores.supervision, "compare_and_swap_many")
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    assert a.heartbeats is not None
+    beat = asyncio.create_task(a.heartbeats.beat())  # goes out, and waits at the store
+    await late.reached()
+    cluster.clock.advance(LATE)
+
+    assert await b.takeovers.scan() == 0
+    assert _tests(b, "held") == 1
+    status = await b.status("t", "u", "s1")
+    assert status.status == "running"
+
+    late.release()
+    await beat
+    first.say("Slow, but mine.")
+    first.finish()
+    assert await cluster.ended(turn) == "done"
+    bots = [m.content for m in await cluster.transcript("s1") if m.sender is ChatMessageSender.BOT]
+    assert bots == ["Slow, but mine."]
+
+
+async def test_without_presence_a_late_turn_waits_for_the_threshold(
+    cluster: ScriptedCluster,
+) -> None:
+    """A replica with no lock names no producer: its turns read dead by age alone."""
+    a = cluster.replica()  # no presence lock (a backend without one)
+    b = await _survivor(cluster)
+    turn = await cluster.start(a, "s1")
+    await cluster.scripts.of(turn.message_id, 0).started.wait()
+    row = await cluster.stores.supervision.read("t", "u", "s1")  # type: ignore[union-attr]
+    assert row is not None and row.producer is None
+    await a.shutdown()
+    cluster.clock.advance(LATE)
+    assert await b.takeovers.scan() == 0
+    assert _tests(b, "gone") is None
+
+    cluster.kill_by_silence()
+    assert await b.takeovers.scan() == 1
+
+
+async def test_a_row_naming_no_replica_is_never_tested(cluster: ScriptedCluster) -> None:
+    """What a row says is data: a producer that is not a replica id (another
+    release, a hand-edited row) never reaches the lock, nor becomes a path."""
+    b = await _survivor(cluster)
+    assert await b.presence.find_gone({"../../etc/passwd", "x"}) == set()
