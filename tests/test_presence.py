@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
-from tests.support.scripted import ScriptedCluster
+from tests.support.scripted import SETTINGS, ScriptedCluster, ScriptedRegistries, Scripts
+from tether.adapters.stream_buffer import LocalFileChatStreamSupervisionStore
 from tether.domain.chat_message import ChatMessageSender
+from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
+from tether.runtime.turn_stores import TurnStores
+from tether.testing.contracts import ManualClock
 from tether.testing.interleavings import hold
 
-SUSPECT_AFTER = timedelta(seconds=1.25)
-"""A heartbeat interval and a scan: what ``tether serve``'s defaults give."""
-LATE = 1.5
+SUSPECT_AFTER = timedelta(seconds=0.5)
+"""Half a heartbeat interval: what ``tether serve``'s defaults give."""
+LATE = 0.75
 """Seconds past the producer's last heartbeat: suspect, far from the 3 s threshold."""
 
 
@@ -130,3 +136,24 @@ async def test_a_row_naming_no_replica_is_never_tested(cluster: ScriptedCluster)
     release, a hand-edited row) never reaches the lock, nor becomes a path."""
     b = await _survivor(cluster)
     assert await b.presence.find_gone({"../../etc/passwd", "x"}) == set()
+
+
+@pytest.mark.parametrize("presence", [True, False])
+async def test_tether_presence_false_leaves_the_turns_to_their_heartbeats_age(
+    tmp_path: Path, presence: bool
+) -> None:
+    """On a store with a presence lock (the file store's ``flock``), a replica
+    holds one unless ``TETHER_PRESENCE=false``; without one it names no
+    producer in its rows."""
+    stores = TurnStores(supervision=LocalFileChatStreamSupervisionStore(tmp_path))
+    settings = replace(SETTINGS, presence=presence)
+    replica = ChatHandler(
+        ScriptedRegistries(Scripts()), stores, settings, MessageBus(), ManualClock()
+    )
+    await replica.start()
+    try:
+        assert replica.presence.available is presence
+        assert (replica.presence.producer == replica.presence.replica_id) is presence
+    finally:
+        await replica.shutdown()
+    assert replica.presence.producer is None  # released with the replica

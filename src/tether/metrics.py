@@ -105,9 +105,9 @@ class TetherMetrics:
         )
         self.presence_tests = Counter(
             "tether_presence_tests",
-            "Producers of late turns whose presence lock this replica tested, by verdict: "
-            "gone (the lock was free: their turns read dead at once) or held (alive, only "
-            "slow: their turns wait out the dead threshold)",
+            "Presence-lock tests of the producers of rows not renewed for half a heartbeat "
+            "interval, by verdict: gone (the lock was free: their turns read dead at once) "
+            "or held (alive, if slow: their turns read dead only past the dead threshold)",
             ["verdict"],
             registry=r,
         )

@@ -48,6 +48,10 @@ class TetherSettings:
     (``tether.handlers.takeover``); off, a dead turn waits for a client's
     resume. Either way, a dead turn that cannot be resumed ends errored
     ``PRODUCER_LOST``."""
+    presence: bool = True
+    """Each replica holds a presence lock where the supervision store has one
+    (``tether.runtime.presence``), so a killed replica's turns read dead at
+    once instead of after ``dead_after``; off, they read dead by age alone."""
     takeover_limit: int = 3
     """A turn taken over this many times whose producer died again ends errored
     ``TAKEOVER_LIMIT`` (an agent that kills its replica)."""

@@ -154,17 +154,18 @@ class ChatHandler:
             else None
         )
         self.queue = TurnQueue(self)
-        self.presence = ReplicaPresence(_presence_lock(stores.supervision))
+        self.presence = ReplicaPresence(
+            _presence_lock(stores.supervision) if settings.presence else None
+        )
         self.takeovers = AutomaticTakeover(
             self,
             interval=settings.takeover_scan_interval,
             limit=settings.takeover_limit,
             resume=settings.takeover,
-            # Past one missed renewal (and a scan's wait): a row this late is
-            # worth a test of its producer's presence lock.
-            suspect_after=timedelta(
-                seconds=settings.heartbeat_interval + settings.takeover_scan_interval
-            ),
+            # Half a renewal interval: a killed producer's rows are listed
+            # within half an interval of its last heartbeat, a live one's about
+            # half the time (one lock test per scan for it, whatever its turns).
+            suspect_after=timedelta(seconds=settings.heartbeat_interval / 2),
         )
         self.deltas = (
             DeltaPublisher(stores.recording, window=settings.delta_window)

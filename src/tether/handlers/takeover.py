@@ -9,10 +9,10 @@ the replicas do it by themselves, within a second of the turn reading dead:
   (``list_stale_running``: an index, a sorted set, one directory; the cost
   does not grow with the live turns of other replicas). Where the replicas
   hold presence locks (``tether.runtime.presence``: SQLite, the file store,
-  PostgreSQL) it asks for rows not renewed for a little over one heartbeat
+  PostgreSQL, Redis) it asks for rows not renewed for half a heartbeat
   interval, and those whose producer's lock is free are dead at once: a
-  killed replica's turns are taken over about a second after the kill, not
-  three; a slow one's still wait out the threshold.
+  killed replica's turns are taken over within a second of the kill, not
+  after three; a slow one's still wait out the threshold.
 - For each, it reads the turn's checkpoint marker, which carries what a
   takeover needs (the agent, its bot params, the requester's roles and
   tenants), rebuilds the request and resumes the turn exactly as a client's
@@ -92,7 +92,7 @@ class AutomaticTakeover:
         interval: float,
         limit: int,
         resume: bool = True,
-        suspect_after: timedelta = timedelta(seconds=1.25),
+        suspect_after: timedelta = timedelta(seconds=0.5),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._handler = handler
@@ -166,11 +166,12 @@ class AutomaticTakeover:
         """The RUNNING rows that read dead now: by heartbeat age, or, where the
         replicas hold presence locks, because their producer is gone.
 
-        With presence, the listing reaches back only a little past one
-        heartbeat interval: a killed producer's rows are the first to stop
-        being renewed, so they are the oldest there. Each distinct producer
-        among rows not yet dead by age costs one lock test per scan, and
-        only while its rows are late."""
+        With presence, the listing reaches back only half a heartbeat
+        interval (``suspect_after``), so it holds live rows too (at most a
+        batch of them): a killed producer's rows stop being renewed, so once
+        a renewal is missed they are the oldest there. Each distinct producer
+        among the rows not yet dead by age costs one lock test per scan: the
+        cost follows the number of replicas, not of turns."""
         handler = self._handler
         presence = handler.presence
         now = handler.clock()
