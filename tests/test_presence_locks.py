@@ -17,9 +17,11 @@ import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.proxy import TcpProxy
 from tests.support.services import postgres_database, redis_prefix
 from tether.adapters.flock_presence import FlockPresenceLock
 from tether.adapters.postgres.database import PostgresDatabase
@@ -158,3 +160,48 @@ async def test_a_clean_release_frees_the_lock_and_an_unknown_id_counts_as_held(
         assert await checker.find_free({replica_id}) == set()
         await mine.release()
         assert await checker.find_free({replica_id}) == {replica_id}
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ],
+)
+async def test_a_partitioned_holders_lock_stays_held_and_a_reset_one_reads_free(
+    kind: str,
+) -> None:
+    """Through a TCP hop the test controls: a dead network (bytes swallowed,
+    no reset) leaves the server's session, and so the lock, in place, as a
+    partitioned replica must keep its turns until the dead threshold; a reset
+    ends the session, which reads as a gone replica (the needless takeover
+    ``tether.runtime.presence`` accepts for a lock lost by a live replica)."""
+    replica_id = uuid.uuid4().hex
+    with contextlib.ExitStack() as places:
+        if kind == "postgres":
+            url = places.enter_context(postgres_database())
+        else:
+            url = places.enter_context(redis_prefix())
+        where = urlsplit(url)
+        assert where.hostname is not None and where.port is not None
+        proxy = places.enter_context(TcpProxy(where.hostname, where.port))
+        async with _lock(kind, proxy.url_for(url)) as partitioned, _lock(kind, url) as checker:
+            await partitioned.hold(replica_id)
+            try:
+                proxy.stalled = True
+                assert await checker.find_free({replica_id}) == set()
+                proxy.cut()
+                assert await _first_free(checker, {replica_id}) == {replica_id}
+            finally:
+                await partitioned.release()
+
+
+@contextlib.asynccontextmanager
+async def _lock(kind: str, url: str) -> AsyncIterator[PresenceLock]:
+    if kind == "postgres":
+        async with PostgresDatabase.from_url(url) as database:
+            yield PostgresPresenceLock(database)
+    else:
+        async with RedisConnection.from_url(url) as connection:
+            yield RedisPresenceLock(connection)
