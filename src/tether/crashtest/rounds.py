@@ -108,6 +108,10 @@ class _Evidence:
     """Unattended: when the killed producer's turn read dead (its last heartbeat
     plus the dead threshold), as a ``time.time()``: the store's clock is this
     host's (SQLite) or a server on it (PostgreSQL)."""
+    taken_at_once: bool = False
+    """Unattended: the turn had a new producer when its status was first read
+    after the kill, long before its last heartbeat could age past the
+    threshold (its producer's presence lock said it was gone)."""
     fence_void: str | None = None
     """Why the fence cannot be checked: the producer was continued before the
     turn was taken over (the survivors could not take it: see the notes)."""
@@ -462,7 +466,7 @@ async def _unattended(ctx: RoundContext, plan: RoundPlan, turn: _Turn, within: f
     assert first is not None and witness is not None
     try:
         await first.aclose()  # its events stay evidence; the user saw the witness
-        evidence.dead_at = await _dead_at(ctx, plan, turn)
+        evidence.dead_at, evidence.taken_at_once = await _dead_at(ctx, plan, turn)
         await witness.ended(within)
         evidence.view.take(witness)
         result.path = ["unattended", f"witness:{witness.describe_end()}"]
@@ -477,18 +481,23 @@ async def _unattended(ctx: RoundContext, plan: RoundPlan, turn: _Turn, within: f
         turn.recovered.set()
 
 
-async def _dead_at(ctx: RoundContext, plan: RoundPlan, turn: _Turn) -> float | None:
-    """When the killed producer's turn reads dead: its row's last heartbeat plus
-    the dead threshold (read before any takeover: that takes the threshold)."""
+async def _dead_at(ctx: RoundContext, plan: RoundPlan, turn: _Turn) -> tuple[float | None, bool]:
+    """When the killed producer's turn reads dead by age: its row's last
+    heartbeat plus the dead threshold, if the row is still the killed
+    producer's; and whether it already had a new producer instead (taken
+    over right after the kill, by the presence lock's verdict)."""
     replica = _any_running(ctx.cluster, prefer_not=plan.producer)
     if replica is None:
-        return None
+        return None, False
     with contextlib.suppress(httpx2.HTTPError):
         status = await ctx.api.status(replica.url, turn.result.session_id)
-        if status is not None and status.epoch == turn.epoch_before and status.heartbeat_at:
+        if status is None or turn.epoch_before is None:
+            return None, False
+        if status.epoch == turn.epoch_before and status.heartbeat_at:
             heartbeat = datetime.fromisoformat(status.heartbeat_at).timestamp()
-            return heartbeat + ctx.settings.dead_after
-    return None
+            return heartbeat + ctx.settings.dead_after, False
+        return None, status.epoch > turn.epoch_before
+    return None, False
 
 
 async def _verdict_by_itself(
@@ -991,6 +1000,7 @@ def _measure(result: RoundResult, evidence: _Evidence) -> None:
                 result.dead_to_new_content = wall - evidence.dead_at
             else:
                 result.before_threshold = True
+        result.before_threshold |= evidence.taken_at_once
 
 
 def _first_new(
