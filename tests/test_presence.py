@@ -112,6 +112,45 @@ async def test_a_slow_producer_keeps_its_turn_until_the_threshold(
     assert bots == ["Slow, but mine."]
 
 
+async def test_a_replica_that_loses_its_lock_holds_a_new_one_and_keeps_its_turn(
+    cluster: ScriptedCluster,
+) -> None:
+    """Its lock went with its connection (a database restart), so others read
+    its id gone for good. Its next check holds a new lock under a new id, its
+    running turn's next heartbeat names that id, and a survivor that finds
+    the row late tests the new lock, finds it held and leaves the turn. (Before,
+    the replica kept naming the lost id, and every turn it produced was taken
+    over: up to the takeover limit.)"""
+    a = await cluster.present(cluster.replica())
+    b = await _survivor(cluster)
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    await first.started.wait()
+    lost = a.presence.producer
+    assert lost is not None and await a.presence.keep() is False  # held: nothing to do
+    cluster.presence.held.discard(lost)  # the lock's connection ended
+
+    assert await a.presence.keep() is True
+    assert a.presence.producer not in (None, lost)
+    assert a.heartbeats is not None
+    await a.heartbeats.beat()
+    row = await cluster.stores.supervision.read("t", "u", "s1")  # type: ignore[union-attr]
+    assert row is not None and row.producer == a.presence.producer
+    cluster.clock.advance(LATE)
+    assert await b.takeovers.scan() == 0
+    assert _tests(b, "held") == 1
+    assert await b.presence.find_gone({lost}) == {lost}
+    assert await a.presence.find_gone({lost}) == set()  # never its own
+
+    first.say("Still mine.")
+    first.finish()
+    assert await cluster.ended(turn) == "done"
+    bots = [m.content for m in await cluster.transcript("s1") if m.sender is ChatMessageSender.BOT]
+    assert bots == ["Still mine."]
+    changes = a.metrics.registry.get_sample_value("tether_presence_changes_total")
+    assert changes == 1
+
+
 async def test_without_presence_a_late_turn_waits_for_the_threshold(
     cluster: ScriptedCluster,
 ) -> None:

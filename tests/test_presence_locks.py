@@ -29,6 +29,7 @@ from tether.adapters.postgres.presence import PostgresPresenceLock
 from tether.adapters.redis.connection import RedisConnection
 from tether.adapters.redis.presence import RedisPresenceLock
 from tether.domain.chat_stream_supervision_store import PresenceLock
+from tether.runtime.presence import ReplicaPresence
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(60)]
 
@@ -195,6 +196,56 @@ async def test_a_partitioned_holders_lock_stays_held_and_a_reset_one_reads_free(
                 assert await _first_free(checker, {replica_id}) == {replica_id}
             finally:
                 await partitioned.release()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ],
+)
+async def test_a_replica_whose_lock_is_reset_holds_a_new_one_once_the_server_is_back(
+    kind: str,
+) -> None:
+    """A live replica's lock connection is reset (a database restart): its
+    check finds the lock lost, names no producer while the server is out of
+    reach, and holds a new lock under a new id once it is back; the old id
+    stays free (other replicas may have judged it gone) and the new one reads
+    held."""
+    with contextlib.ExitStack() as places:
+        if kind == "postgres":
+            url = places.enter_context(postgres_database())
+        else:
+            url = places.enter_context(redis_prefix())
+        where = urlsplit(url)
+        assert where.hostname is not None and where.port is not None
+        proxy = places.enter_context(TcpProxy(where.hostname, where.port))
+        async with _lock(kind, proxy.url_for(url)) as mine, _lock(kind, url) as checker:
+            changes: list[str | None] = []
+            presence = ReplicaPresence(mine)
+            await presence.start(on_change=changes.append)
+            try:
+                first = presence.producer
+                assert first is not None
+                assert await presence.keep() is False
+                assert await checker.find_free({first}) == set()
+
+                proxy.cut()
+                assert await presence.keep() is True
+                assert presence.producer is None
+                assert await _first_free(checker, {first}) == {first}
+                assert await presence.keep() is False  # still out of reach
+
+                proxy.start()
+                assert await presence.keep() is True
+                second = presence.producer
+                assert second not in (None, first)
+                assert await checker.find_free({first, second}) == {first}
+                assert changes == [None, second]
+                assert presence.lost == 1
+            finally:
+                await presence.aclose()
 
 
 @contextlib.asynccontextmanager

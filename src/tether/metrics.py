@@ -111,6 +111,14 @@ class TetherMetrics:
             ["verdict"],
             registry=r,
         )
+        self.presence_changes = Counter(
+            "tether_presence_changes",
+            "Times this replica's presence id changed after start-up: its presence lock "
+            "was lost with its connection (a database restart, a network reset), and "
+            "held again under a new id or, while the database is out of reach, not "
+            "held at all; or it was first held after failing at start-up",
+            registry=r,
+        )
         self.fencing_rejections = Counter(
             "tether_fencing_rejections",
             "Turns stopped because a guarded write was refused (lease lost: takeover, cancel)",

@@ -222,6 +222,9 @@ class _RegisteredLock(PresenceLock):
     async def find_free(self, replica_ids: Collection[str]) -> set[str]:
         return {r for r in replica_ids if r not in self._registry.held}
 
+    async def is_held(self) -> bool:
+        return self._replica_id in self._registry.held
+
     async def release(self) -> None:
         self._registry.held.discard(self._replica_id or "")
 
@@ -255,7 +258,8 @@ class ScriptedCluster:
     async def present(self, replica: ChatHandler) -> ChatHandler:
         """Give ``replica`` a presence lock, held until it shuts down (dies)."""
         replica.presence = ReplicaPresence(self.presence.lock())
-        await replica.presence.start()
+        # No ``keep_every``: a test calls ``keep()`` when it wants the check.
+        await replica.presence.start(on_change=replica._name_producer)
         return replica
 
     async def start(

@@ -117,6 +117,14 @@ class PresenceLock(ABC):
     async def release(self) -> None:
         """Give the lock up (a clean exit); idempotent."""
 
+    async def is_held(self) -> bool:
+        """Whether the lock taken by ``hold`` is still ours. A lock held through
+        a connection (PostgreSQL, Redis) is lost with it: a database restart or
+        a network reset ends the session while the replica lives, and other
+        replicas then read it gone. The default suits a lock only the holder's
+        death can free (``flock``)."""
+        return True
+
 
 class ChatStreamSupervisionStore(ABC):
     """One row per conversation; the only store with a hard atomicity requirement.

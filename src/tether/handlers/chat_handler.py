@@ -437,7 +437,7 @@ class ChatHandler:
         """Claim the conversation's next epoch for ``message_id``, every other
         store fenced at it first (``ClaimRefusedError`` when it is not free)."""
         assert self.stores.supervision is not None
-        return await claim(
+        lease = await claim(
             self.stores.supervision,
             key,
             message_id,
@@ -449,6 +449,17 @@ class ChatHandler:
             producer=self.presence.producer,
             gone=self.presence.gone,
         )
+        # The presence lock may have been re-held under a new id meanwhile.
+        lease.producer = self.presence.producer
+        return lease
+
+    def _name_producer(self, producer: str | None) -> None:
+        """This replica's presence id changed (its lock was lost and re-held):
+        every lease it holds names the new one from its next write on."""
+        for turn in self._turns.values():
+            if turn.lease is not None:
+                turn.lease.producer = producer
+        self.metrics.presence_changes.inc()
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
         """Resume takes over only a dead turn: live is 409, finished or replaced is 410."""
@@ -882,7 +893,9 @@ class ChatHandler:
     async def start(self) -> None:
         """Start the replica's own background work (the app's start-up): its
         presence lock, and the automatic takeover of dead turns."""
-        await self.presence.start()
+        await self.presence.start(
+            keep_every=self.settings.heartbeat_interval, on_change=self._name_producer
+        )
         if self.presence.producer is not None:
             logger.info(
                 "presence lock held: this replica's turns read dead the moment it dies "

@@ -18,6 +18,8 @@ import hashlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from tether.domain.chat_stream_supervision_store import PresenceLock
 
 if TYPE_CHECKING:
@@ -67,6 +69,18 @@ class PostgresPresenceLock(PresenceLock):
         rows = await self._database.fetch_all(_HELD, {"namespace": _unsigned(_NAMESPACE)})
         held = {row["objid"] for row in rows}
         return {r for r in replica_ids if _unsigned(_key(r)) not in held}
+
+    async def is_held(self) -> bool:
+        # While the session lives, so does its lock: ask the session itself
+        # (one round trip a heartbeat interval, on the lock's own connection).
+        connection = self._connection
+        if connection is None or connection.closed:
+            return False
+        try:
+            await connection.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
 
     async def release(self) -> None:
         connection, self._connection = self._connection, None

@@ -8,16 +8,18 @@ connection stays, and a partitioned one stays until Redis's TCP keepalive
 gives up on it (minutes). Other replicas read ``CLIENT LIST`` and judge an id
 with no such connection gone (``tether.runtime.presence``).
 
-The connection is never used after it is made, so nothing reconnects it: a
-dropped connection (a Redis restart, a network reset) reads as a gone replica,
-which costs a takeover of its late turns, never a second producer (the
-taker's claim fences it).
+The connection carries nothing but a ``PING`` each heartbeat interval
+(``is_held``), and is never reconnected under its name: a dropped connection
+(a Redis restart, a network reset) reads as a gone replica, for good, and the
+replica takes a new id on a new connection (``tether.runtime.presence``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
 
 from tether.domain.chat_stream_supervision_store import PresenceLock
 
@@ -46,6 +48,19 @@ class RedisPresenceLock(PresenceLock):
         names = {entry.get("name", "") for entry in listed}
         keys = self._connection.keys
         return {r for r in replica_ids if keys.presence_client(r) not in names}
+
+    async def is_held(self) -> bool:
+        held = self._held
+        # redis-py reconnects a disconnected connection on its next command,
+        # under the same name: a lost one must stay lost, so it is not asked.
+        if held is None or not held.is_connected:
+            return False
+        try:
+            await held.send_command("PING")
+            await held.read_response()
+        except (RedisError, OSError):
+            return False
+        return True
 
     async def release(self) -> None:
         held, self._held = self._held, None
