@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +189,61 @@ def test_the_image_builds() -> None:
         timeout=880,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+
+
+def _build_stage_copies() -> list[tuple[str, str]]:
+    """The ``COPY SOURCE... DEST`` lines of the Dockerfile's build stage."""
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    build_stage = dockerfile.split("\nFROM ")[1]
+    copies = []
+    for line in build_stage.splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            *sources, dest = line.split()[1:]
+            copies += [(source, dest) for source in sources]
+    return copies
+
+
+@pytest.mark.timeout(240)
+def test_the_image_context_carries_the_chat_pages_client_modules(tmp_path: Path) -> None:
+    """What the build stage copies, and only that, makes a wheel whose chat
+    page has its client modules: ``web/static/client`` is a link to the
+    TypeScript client's sources, which dangled in the image before. Runs
+    everywhere, Docker or not: the context is laid out as the build stage
+    lays it, and the wheel built as it builds it (tether alone, no dependencies)."""
+    admitted = {
+        line[1:].rstrip("/")
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    context = tmp_path / "src"
+    for source, dest in _build_stage_copies():
+        assert source in admitted, f"the build copies {source}, which the dockerignore leaves out"
+        origin = ROOT / source
+        target = context / dest / origin.name if dest.endswith("/") else context / dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if origin.is_dir():
+            shutil.copytree(
+                origin,
+                target,
+                symlinks=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+            )
+        else:
+            shutil.copy(origin, target)
+    wheels = tmp_path / "wheels"
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir"]
+    done = subprocess.run(
+        [*build, str(wheels), str(context)],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    (wheel,) = wheels.glob("tether-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {Path(name).name for name in archive.namelist() if "web/static/client/" in name}
+    expected = {p.name for p in (ROOT / "clients" / "typescript" / "src").glob("*.js")}
+    assert expected and expected <= shipped, sorted(expected - shipped)
+    chat_page = (ROOT / "src" / "tether" / "web" / "static" / "app.js").read_text()
+    imported = set(re.findall(r'from "\./client/([\w.]+\.js)"', chat_page))
+    assert imported and imported <= shipped
