@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -32,6 +31,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from tests.support.node import node_and_npm
 from tests.support.project import make_project
 from tests.support.services import missing
 from tether.crashtest.cluster import Cluster
@@ -39,21 +39,9 @@ from tether.crashtest.cluster import Cluster
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(300)]
 
 PACKAGE = Path(__file__).parent / "ai_sdk"
-NODE_HOW = "install Node.js 18 or newer with npm (apt-get install -y nodejs npm)"
 PROMPT = "Tell me about rivers and the towns along them."
 TENANT = "aisdk"
 NODE_TIMEOUT = 180
-
-
-def _node() -> tuple[str, str]:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        missing(f"node or npm is not on PATH; {NODE_HOW}")
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
-    major = int(version.stdout.strip().lstrip("v").split(".")[0])
-    if major < 18:
-        missing(f"Node.js {version.stdout.strip()} is too old for the AI SDK; {NODE_HOW}")
-    return node, npm
 
 
 def _install(npm: str) -> None:
@@ -76,13 +64,16 @@ def _install(npm: str) -> None:
             timeout=240,
         )
         if done.returncode != 0:
-            pytest.fail(f"npm ci failed in {PACKAGE}:\n{done.stdout}\n{done.stderr}")
+            missing(
+                f"npm ci failed in {PACKAGE} (is the npm registry reachable?):\n"
+                f"{done.stdout}\n{done.stderr}"
+            )
         stamp.write_text(digest)
 
 
 @pytest.fixture(scope="module")
 def node() -> str:
-    path, npm = _node()
+    path, npm = node_and_npm()
     _install(npm)
     return path
 

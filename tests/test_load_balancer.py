@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 
 from tests.support.haproxy import require_haproxy
 from tests.support.metrics import scrape
+from tests.support.node import node_and_npm
 from tests.support.project import make_project
-from tests.support.services import missing
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.client import AsyncTetherClient, TurnUpdate
@@ -127,9 +127,7 @@ async def test_the_typescript_client_recovers_through_the_load_balancer_while_it
 ) -> None:
     """The same as above with the TypeScript client under Node: one URL,
     HAProxy's; the producing replica SIGKILLed after 20 messages."""
-    node = shutil.which("node")
-    if node is None:
-        missing("no node on PATH; install Node.js 20 or newer")
+    node, _ = node_and_npm()
     project = make_project(
         tmp_path / "project", chunks_per_second=40, answer_chunks=160, tool_call_after_chunks=None
     )

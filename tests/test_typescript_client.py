@@ -15,7 +15,6 @@ import fcntl
 import json
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 
+from tests.support.node import node_and_npm
 from tests.support.project import make_project
 from tests.support.services import missing
 from tether.api.routers import web
@@ -31,26 +31,14 @@ from tether.crashtest.cluster import Cluster
 
 CLIENT = Path(__file__).resolve().parents[1] / "clients" / "typescript"
 STATIC = Path(web.__file__).resolve().parents[2] / "web" / "static"
-NODE_HOW = "install Node.js 20 or newer with npm (apt-get install -y nodejs npm)"
 NODE_TIMEOUT = 360.0
-
-
-def _node() -> str:
-    node = shutil.which("node")
-    if node is None or shutil.which("npm") is None:
-        missing(f"no node or npm on PATH; {NODE_HOW}")
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
-    major = re.match(r"v(\d+)", version.stdout.strip())
-    if major is None or int(major.group(1)) < 20:
-        missing(f"node {version.stdout.strip()} is too old; {NODE_HOW}")
-    return node
 
 
 @pytest.fixture(scope="module")
 def node() -> Iterator[str]:
     """Node, with the client's dev dependencies installed (TypeScript, for the
     type check). One install at a time: test workers share the directory."""
-    executable = _node()
+    executable, _ = node_and_npm()
     with open(CLIENT / ".npm-install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # npm's record of what node_modules holds: missing, or older than the
