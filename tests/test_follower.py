@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from tether.adapters.stream_buffer import (
@@ -125,3 +126,62 @@ async def test_a_change_announced_while_the_follower_is_busy_is_not_lost() -> No
 
 def _event(index: int, text: str) -> RecordedStreamEvent:
     return RecordedStreamEvent(index=index, message=_bot(text), message_id="m", epoch=1)
+
+
+async def test_a_follower_whose_turn_was_followed_by_the_next_at_once_still_gets_its_end() -> None:
+    """The turn's last flush, its verdict and the claim of the next turn (a
+    queued one) all land between the follower's read of the snapshot and its
+    read of the row: the row it reads names the next turn. It reads the
+    snapshot once more, which the next turn has not overwritten yet, and so
+    ends with the turn's last message (before, it ended ``gone`` without it).
+    Staged: the writes are made by the recording store's second read, after it
+    has answered."""
+    recording = _LandsAfterRead()
+    supervision = InMemoryChatStreamSupervisionStore()
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    row = ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id="m", epoch=1
+    )
+    assert await supervision.compare_and_swap("t", "u", "s", None, row)
+    await recording.put("t", "u", "s", _event(0, "One"))
+
+    async def the_turn_ends_and_the_next_starts() -> None:
+        await recording.put("t", "u", "s", _event(5, "One two three four five six"))
+        done = row.model_copy(update={"status": ChatStreamStatus.DONE, "epoch": 2})
+        assert await supervision.compare_and_swap("t", "u", "s", 1, done)
+        nxt = row.model_copy(update={"message_id": "n", "epoch": 3})
+        assert await supervision.compare_and_swap("t", "u", "s", 2, nxt)
+
+    recording.after_read[2] = the_turn_ends_and_the_next_starts
+    follower = RecordingFollower(
+        recording, supervision, ConversationKey("t", "u", "s"), "m",
+        clock=lambda: now, dead_after=timedelta(seconds=3),
+        poll_interval=0.0,  # every pass reads both: the staging orders the writes
+    )  # fmt: skip
+    async with asyncio.timeout(5):
+        items = [item async for item in follower.follow(0)]
+    assert items == [
+        StreamEvent(0, _bot("One")),
+        StreamEvent(5, _bot("One two three four five six")),
+        StreamEnd("gone"),
+    ]
+
+
+class _LandsAfterRead(InMemoryChatStreamRecordingStore):
+    """A recording store whose Nth ``read`` runs ``after_read[N]`` once it has
+    its answer, before handing it back: writes staged between two reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.after_read: dict[int, Callable[[], Awaitable[None]]] = {}
+        self._reads = 0
+
+    async def read(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> RecordedStreamEvent | None:
+        self._reads += 1
+        answer = await super().read(tenant, requester_uuid, session_id)
+        staged = self.after_read.pop(self._reads, None)
+        if staged is not None:
+            await staged()
+        return answer

@@ -141,10 +141,13 @@ class RecordingFollower:
                 row_read_at = self._monotonic()
                 end = self._verdict(row)
                 if end is not None:
-                    if end.reason in ("done", "errored", "cancelled"):
+                    if end.reason in ("done", "errored", "cancelled", "gone"):
                         # The producer publishes its last deltas and flushes before
                         # it writes the terminal status: apply those, then read the
                         # snapshot once more so the final message is never missed.
+                        # Also when the row already names the next turn (a queued
+                        # one claimed it between two reads): its first put comes
+                        # later, so the snapshot is usually still this turn's last.
                         for event in self._apply_pending(changes):
                             yield event
                         final = await self._recording.read(k.tenant, k.requester_uuid, k.session_id)
