@@ -24,6 +24,7 @@ from tether.domain.chat_model import ModelMessage, ModelToolCall, TextDelta, Too
 from tether.tools import MalformedToolCall, tool
 
 from .support.openai_server import CONTINUATION, OpenAICompatibleServer, unanswered_tool_call
+from .support.scripted import ScriptedCluster
 
 
 @pytest.fixture
@@ -227,3 +228,46 @@ async def test_the_test_server_refuses_an_unanswered_tool_call(
             ],
         )
     await sdk.close()
+
+
+@pytest.mark.parametrize("how", ["cancel", "interrupt"])
+async def test_a_turn_stopped_in_a_tool_call_leaves_a_transcript_the_next_turn_can_send(
+    server: OpenAICompatibleServer, how: str
+) -> None:
+    """End to end: a real turn is stopped inside its tool call, from another
+    replica, by a cancel or by a new message that interrupts it; the
+    transcript it leaves, plus the next question, goes to the server (as
+    strict as OpenAI's API about unanswered calls) through the
+    OpenAI-compatible client, and is taken."""
+    cluster = ScriptedCluster()
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        turn = await cluster.start(a, "s1", "Send the email, then tell me.")
+        script = cluster.scripts.of(turn.message_id)
+        script.say("Sending it now.")
+        script.call_tool("send_email")
+        await script.spoken(2)
+        assert a.flusher is not None
+        await a.flusher.flush()  # the answer as its readers saw it, call in flight
+        if how == "cancel":
+            await b.cancel("t", "u", "s1", turn.message_id)
+        else:
+            interrupting = await cluster.start(b, "s1", "Stop.", strategy="interrupt")
+            cluster.scripts.of(interrupting.message_id).finish()
+            assert await cluster.ended(interrupting) == "done"
+        assert await cluster.ended(turn) == "cancelled"
+        transcript = await cluster.transcript("s1")
+    finally:
+        await cluster.aclose()
+    assert any(p.tool is not None for m in transcript for p in m.content_parts or [])
+
+    executed: list[str] = []
+    client = ChatClient(_model(server))
+    follow_up = ChatMessage(sender=ChatMessageSender.USER, content="What is 6 * 7?")
+    messages = [m async for m in client.stream([*transcript, follow_up], [_calculator(executed)])]
+    await client.aclose()
+    assert messages[-1].content.endswith("Done.")
+    sent = server.requests[0]["messages"]
+    assert unanswered_tool_call(sent) is None
+    [closing] = [m for m in sent if m["role"] == "tool" and m["tool_call_id"] == "call-send_email"]
+    assert "may or may not have happened" in closing["content"]
