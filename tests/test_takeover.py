@@ -9,13 +9,16 @@ replica's takeover loop is run one scan at a time by the test.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
 
 from tests.support.scripted import Script, ScriptedCluster
+from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
 from tether.domain.chat_message import ChatMessageSender
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervisionStore
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError, TurnEndedError
 from tether.handlers.turn import Turn
@@ -284,3 +287,40 @@ async def test_a_lease_is_renewed_while_the_turn_waits_for_its_first_writes(
     held.restore()
     turn = await starting
     await _started(cluster, turn.message_id, 0)
+
+
+class _SeedOnlySupervision(InMemoryChatStreamSupervisionStore):
+    """A supervision store written against the seed's interface: it cannot
+    list its dead turns (``list_stale_running`` is the interface's default)."""
+
+    list_stale_running = ChatStreamSupervisionStore.list_stale_running  # type: ignore[assignment]
+
+
+async def test_a_seed_only_supervision_store_keeps_the_clients_resume_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No takeover loop (nothing to list dead turns with), a warning at
+    start-up naming the store, and a dead turn left to a client's resume,
+    which still works."""
+    cluster = ScriptedCluster(takeover_scan_interval=0.01)
+    try:
+        cluster.stores = dataclasses.replace(cluster.stores, supervision=_SeedOnlySupervision())
+        a, b = cluster.replica(), cluster.replica()
+        with caplog.at_level(logging.WARNING, logger="tether.handlers.takeover"):
+            await b.start()
+        assert not b.takeovers.running
+        [warning] = [r.getMessage() for r in caplog.records if "list dead turns" in r.getMessage()]
+        assert "_SeedOnlySupervision" in warning and "client's resume" in warning
+
+        turn = await cluster.start(a, "s1")
+        first = await _started(cluster, turn.message_id, 0)
+        first.say("Half")
+        await first.spoken()
+        await _dies(cluster, a)
+        resumed = await cluster.start(b, "s1", resume=turn.message_id)
+        second = await _started(cluster, turn.message_id, 1)
+        second.say("Half, then whole.")
+        second.finish()
+        assert await cluster.ended(resumed) == "done"
+    finally:
+        await cluster.aclose()

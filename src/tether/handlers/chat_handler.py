@@ -904,8 +904,12 @@ class ChatHandler:
             )
         if self.takeovers.start():
             logger.info(
-                "automatic takeover is on: every %s s this replica looks for dead turns",
+                "every %s s this replica looks for dead turns: it %s",
                 self.settings.takeover_scan_interval,
+                "takes them over (automatic takeover is on)"
+                if self.settings.takeover
+                else "ends those nobody can resume, and leaves the rest to a client's resume "
+                "(automatic takeover is off)",
             )
 
     async def shutdown(self) -> None:
