@@ -232,13 +232,22 @@ class _RegisteredLock(PresenceLock):
 class ScriptedCluster:
     """Replicas (``ChatHandler``s) over one set of in-memory stores and one clock."""
 
-    def __init__(self, *, conversation: bool = True, push: bool = True, **settings: Any) -> None:
+    def __init__(
+        self,
+        *,
+        conversation: bool = True,
+        push: bool = True,
+        stores: TurnStores | None = None,
+        **settings: Any,
+    ) -> None:
         self.clock = ManualClock()
         self.scripts = Scripts()
         # With ``push`` the stores announce changes (as PostgreSQL and Redis do);
         # without it a producer hears of a cancel only at its next fenced write.
         channel = InMemoryChangeChannel() if push else None
-        self.stores = TurnStores(
+        # ``stores``: a real backend's, opened by the test (the replicas' clock
+        # is still this manual one, which stamps and judges their heartbeats).
+        self.stores = stores or TurnStores(
             agent_state=InMemoryChatAgentStateStore(),
             recording=InMemoryChatStreamRecordingStore(channel),
             supervision=InMemoryChatStreamSupervisionStore(channel),
