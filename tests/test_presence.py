@@ -196,3 +196,45 @@ async def test_tether_presence_false_leaves_the_turns_to_their_heartbeats_age(
     finally:
         await replica.shutdown()
     assert replica.presence.producer is None  # released with the replica
+
+
+async def test_a_turn_whose_producer_died_before_is_taken_over_again_only_past_its_back_off(
+    cluster: ScriptedCluster,
+) -> None:
+    """The turn's first producer dies and a survivor takes it over at once (its
+    lock says gone). The survivor dies too, its lock free just as fast, but a
+    turn taken over once already waits the dead threshold from its last
+    heartbeat: a third replica's scans leave it until then, and take it
+    after. So an agent that kills its replicas is not re-driven at the pace
+    of the kills. (Before, the third replica took it at its first scan.)"""
+    a = await cluster.present(cluster.replica())
+    b, c = await _survivor(cluster), await _survivor(cluster)
+    turn = await cluster.start(a, "s1", "Where do rivers go?")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    first.checkpoint()
+    await first.spoken()
+    await a.shutdown()
+    cluster.clock.advance(LATE)
+    assert await b.takeovers.scan() == 1  # at once: no earlier takeover
+    second = cluster.scripts.of(turn.message_id, 1)
+    async with asyncio.timeout(10):
+        await second.started.wait()
+    second.say(", on and on")
+    second.checkpoint()
+    await second.spoken()
+
+    await b.shutdown()  # its lock is free at once, like the first one's
+    cluster.clock.advance(LATE)
+    assert await c.takeovers.scan() == 0
+    assert _tests(c, "gone") == 1  # read gone, and left to its back-off
+    cluster.clock.advance(SETTINGS.dead_after - LATE - 0.01)
+    assert await c.takeovers.scan() == 0
+    cluster.clock.advance(0.02)  # the dead threshold past its last heartbeat
+    assert await c.takeovers.scan() == 1
+    third = cluster.scripts.of(turn.message_id, 2)
+    async with asyncio.timeout(10):
+        await third.started.wait()
+    third.say(", always.")
+    third.finish()
+    assert await cluster.ended(c._turns[turn.message_id]) == "done"

@@ -31,6 +31,13 @@ the replicas do it by themselves, within a second of the turn reading dead:
   that lost one with many turns take different ones, not all the same one
   first), and a turn a replica failed to take is left to the others for a
   growing back-off.
+- A turn whose producers died before (taken over ``n`` times already) is
+  taken over again only ``dead_after * 2**(n-1)`` after its last heartbeat,
+  even when its producer's presence lock says at once that it is gone: an
+  agent that crashes its replica is retried ever more slowly rather than
+  at the pace of the kills. The bound is the row's own, by the store's
+  clock, so every replica waits alike. A drain's hand-off is never held
+  back (its heartbeat is from long ago).
 
 A supervision store without ``list_stale_running`` (a seed-only adapter)
 keeps the client-driven resume only; the server says so at start-up.
@@ -44,7 +51,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
@@ -74,6 +81,8 @@ _CANNOT_LIST = (
     "a dead turn waits for a client's resume"
 )
 _BACKOFF_CAP = 30.0
+_RETRY_CAP = timedelta(minutes=2)
+"""The longest a turn whose producers keep dying waits between takeovers."""
 
 
 @dataclass
@@ -151,7 +160,10 @@ class AutomaticTakeover:
             attempt = self._attempts.get(stale.supervision.message_id)
             if attempt is not None and self._monotonic() < attempt.not_before:
                 continue
-            if await self._take(stale):
+            taken = await self._take(stale)
+            if taken is None:
+                continue  # its earlier producers died too: every replica waits alike
+            if taken:
                 handled += 1
                 self._attempts.pop(stale.supervision.message_id, None)
             else:
@@ -189,8 +201,9 @@ class AutomaticTakeover:
             handler.metrics.presence_tests.labels("held").inc(len(late - gone))
         return [s for s in found if s.supervision.is_dead(now, handler.dead_after, presence.gone)]
 
-    async def _take(self, stale: StaleTurn) -> bool:
-        """Take ``stale`` over, or end it; whether this replica did."""
+    async def _take(self, stale: StaleTurn) -> bool | None:
+        """Take ``stale`` over, or end it; whether this replica did (None: not
+        yet, its producers died before and it backs off)."""
         handler = self._handler
         key = ConversationKey(stale.tenant, stale.requester_uuid or "", stale.session_id)
         message_id = stale.supervision.message_id
@@ -210,6 +223,9 @@ class AutomaticTakeover:
                 TAKEOVER_LIMIT,
                 f"the turn was taken over {self._limit} times and its producer died each time",
             )
+        earlier = int(marker.get("takeovers", 0))
+        if earlier and handler.clock() < retry_at(stale, earlier, handler.dead_after):
+            return None
         request = _request(key, marker["request"])
         try:
             await handler.start_turn(request, resume_message_id=message_id, automatic=True)
@@ -238,6 +254,14 @@ class AutomaticTakeover:
         if not isinstance(marker.get("request"), dict):
             return None  # written by a release without automatic takeover
         return marker
+
+
+def retry_at(stale: StaleTurn, earlier: int, dead_after: timedelta) -> datetime:
+    """When a turn taken over ``earlier`` times already may be taken over
+    again: ``dead_after`` after its last heartbeat, doubled for each earlier
+    takeover past the first, at most ``_RETRY_CAP``."""
+    wait = min(dead_after * 2 ** (earlier - 1), _RETRY_CAP)
+    return stale.supervision.heartbeat_at + wait
 
 
 def _request(key: ConversationKey, saved: dict[str, Any]) -> ChatRequest:
