@@ -47,6 +47,19 @@ async def _survivor(cluster: ScriptedCluster) -> ChatHandler:
     return survivor
 
 
+async def _ends_saying(
+    cluster: ScriptedCluster, replica: ChatHandler, message_id: str, producer: int, text: str
+) -> None:
+    """The turn's ``producer``-th producer (on ``replica``) starts, says ``text``
+    and ends done."""
+    script = cluster.scripts.of(message_id, producer)
+    async with asyncio.timeout(10):
+        await script.started.wait()
+    script.say(text)
+    script.finish()
+    assert await cluster.ended(replica._turns[message_id]) == "done"
+
+
 def _tests(replica: ChatHandler, verdict: str) -> float | None:
     return replica.metrics.registry.get_sample_value(
         "tether_presence_tests_total", {"verdict": verdict}
@@ -70,12 +83,7 @@ async def test_a_killed_producers_turn_is_taken_over_before_the_dead_threshold(
 
     assert await b.takeovers.scan() == 1
     assert _tests(b, "gone") == 1
-    second = cluster.scripts.of(turn.message_id, 1)
-    async with asyncio.timeout(10):
-        await second.started.wait()
-    second.say(", always.")
-    second.finish()
-    assert await cluster.ended(b._turns[turn.message_id]) == "done"
+    await _ends_saying(cluster, b, turn.message_id, 1, ", always.")
     bots = [m.content for m in await cluster.transcript("s1") if m.sender is ChatMessageSender.BOT]
     assert bots == ["To the sea, always."]
     taken = b.metrics.registry.get_sample_value
@@ -232,9 +240,4 @@ async def test_a_turn_whose_producer_died_before_is_taken_over_again_only_past_i
     assert await c.takeovers.scan() == 0
     cluster.clock.advance(0.02)  # the dead threshold past its last heartbeat
     assert await c.takeovers.scan() == 1
-    third = cluster.scripts.of(turn.message_id, 2)
-    async with asyncio.timeout(10):
-        await third.started.wait()
-    third.say(", always.")
-    third.finish()
-    assert await cluster.ended(c._turns[turn.message_id]) == "done"
+    await _ends_saying(cluster, c, turn.message_id, 2, ", always.")

@@ -163,13 +163,31 @@ async def test_a_clean_release_frees_the_lock_and_an_unknown_id_counts_as_held(
         assert await checker.find_free({replica_id}) == {replica_id}
 
 
-@pytest.mark.parametrize(
+_CONNECTION_LOCKS = pytest.mark.parametrize(
     "kind",
     [
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("redis", marks=pytest.mark.redis),
     ],
 )
+"""The locks that live in a connection to the database (PostgreSQL, Redis)."""
+
+
+@contextlib.contextmanager
+def _through_a_hop(kind: str) -> Iterator[tuple[str, TcpProxy]]:
+    """A fresh database of ``kind`` and a TCP hop in front of it that the test
+    controls (``proxy.url_for(url)`` goes through it)."""
+    with contextlib.ExitStack() as places:
+        if kind == "postgres":
+            url = places.enter_context(postgres_database())
+        else:
+            url = places.enter_context(redis_prefix())
+        where = urlsplit(url)
+        assert where.hostname is not None and where.port is not None
+        yield url, places.enter_context(TcpProxy(where.hostname, where.port))
+
+
+@_CONNECTION_LOCKS
 async def test_a_partitioned_holders_lock_stays_held_and_a_reset_one_reads_free(
     kind: str,
 ) -> None:
@@ -179,14 +197,7 @@ async def test_a_partitioned_holders_lock_stays_held_and_a_reset_one_reads_free(
     ends the session, which reads as a gone replica (the needless takeover
     ``tether.runtime.presence`` accepts for a lock lost by a live replica)."""
     replica_id = uuid.uuid4().hex
-    with contextlib.ExitStack() as places:
-        if kind == "postgres":
-            url = places.enter_context(postgres_database())
-        else:
-            url = places.enter_context(redis_prefix())
-        where = urlsplit(url)
-        assert where.hostname is not None and where.port is not None
-        proxy = places.enter_context(TcpProxy(where.hostname, where.port))
+    with _through_a_hop(kind) as (url, proxy):
         async with _lock(kind, proxy.url_for(url)) as partitioned, _lock(kind, url) as checker:
             await partitioned.hold(replica_id)
             try:
@@ -198,13 +209,7 @@ async def test_a_partitioned_holders_lock_stays_held_and_a_reset_one_reads_free(
                 await partitioned.release()
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("redis", marks=pytest.mark.redis),
-    ],
-)
+@_CONNECTION_LOCKS
 async def test_a_replica_whose_lock_is_reset_holds_a_new_one_once_the_server_is_back(
     kind: str,
 ) -> None:
@@ -213,14 +218,7 @@ async def test_a_replica_whose_lock_is_reset_holds_a_new_one_once_the_server_is_
     reach, and holds a new lock under a new id once it is back; the old id
     stays free (other replicas may have judged it gone) and the new one reads
     held."""
-    with contextlib.ExitStack() as places:
-        if kind == "postgres":
-            url = places.enter_context(postgres_database())
-        else:
-            url = places.enter_context(redis_prefix())
-        where = urlsplit(url)
-        assert where.hostname is not None and where.port is not None
-        proxy = places.enter_context(TcpProxy(where.hostname, where.port))
+    with _through_a_hop(kind) as (url, proxy):
         async with _lock(kind, proxy.url_for(url)) as mine, _lock(kind, url) as checker:
             changes: list[str | None] = []
             presence = ReplicaPresence(mine)
