@@ -54,6 +54,15 @@ async function shape(client, sessionId) {
   return messages.map((message) => [message.sender, message.message_id]);
 }
 
+/**
+ * An event in a line, for a failure's message: its type, and its index or reason.
+ * @param {import("tether-client").TurnEvent} event
+ */
+function summary(event) {
+  if (event.type === "message") return `message@${event.index}`;
+  return `${event.type}:${JSON.stringify(event).slice(0, 120)}`;
+}
+
 describe("double texting", { skip: NEEDS_REPLICAS }, () => {
   test("messages sent while a turn runs are queued, then run in arrival order", async () => {
     const [one, two] = REPLICAS;
@@ -218,7 +227,7 @@ describe("double texting", { skip: NEEDS_REPLICAS }, () => {
       "found still waiting in the queue, and attached to",
     );
     assert.deepEqual(events[recovering + 1], { type: "stream", via: "attach", url: one.url });
-    assert.ok(messagesOf(events).length > 10);
+    assert.ok(messagesOf(events).length > 10, JSON.stringify(events.map(summary)));
     assert.ok(strictlyIncreasing(messagesOf(events)));
     assert.deepEqual(turn.outcome, { reason: "done", error: null });
     assert.equal(turn.message?.content, expected);

@@ -224,7 +224,7 @@ class AutomaticTakeover:
                 f"the turn was taken over {self._limit} times and its producer died each time",
             )
         earlier = int(marker.get("takeovers", 0))
-        if earlier and handler.clock() < retry_at(stale, earlier, handler.dead_after):
+        if earlier and handler.clock() < _retry_at(stale, earlier, handler.dead_after):
             return None
         request = _request(key, marker["request"])
         try:
@@ -256,7 +256,7 @@ class AutomaticTakeover:
         return marker
 
 
-def retry_at(stale: StaleTurn, earlier: int, dead_after: timedelta) -> datetime:
+def _retry_at(stale: StaleTurn, earlier: int, dead_after: timedelta) -> datetime:
     """When a turn taken over ``earlier`` times already may be taken over
     again: ``dead_after`` after its last heartbeat, doubled for each earlier
     takeover past the first, at most ``_RETRY_CAP``."""
