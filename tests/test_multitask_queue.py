@@ -23,6 +23,7 @@ from tether.handlers.queue import QUEUED_SUFFIX, Ticket, waiting_in
 from tether.handlers.turn import Turn
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.testing.interleavings import hold
 
 KEY = ConversationKey("t", "u", "s1")
 
@@ -272,3 +273,37 @@ async def test_enqueue_needs_a_store_that_keeps_the_queue() -> None:
             await cluster.replica().queue.submit(_request("Hello?"))
     finally:
         await cluster.aclose()
+
+
+async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(
+    cluster: ScriptedCluster,
+) -> None:
+    """The queued turn is claimed on replica A and still starting (its user
+    message being written) when a reader attaches to it on A: the row already
+    names it, but the reader waits for the start and then reads A's live
+    buffer, every message, instead of the stores' snapshots (every 0.5 s on a
+    polling backend; before, that was what a queued turn's own 202 stream
+    got, as it attaches the moment the row names the turn)."""
+    a = cluster.replica()
+    first = await cluster.start(a, "s1", "Rivers?")
+    ticket = await _enqueue(a, "Lakes?")
+    assert cluster.stores.conversation is not None
+    writing = hold(
+        cluster.stores.conversation,
+        "append_fenced",
+        when=lambda *args, **kwargs: any(
+            m.message_id == f"{ticket.message_id}-user" for m in args[4]
+        ),
+    )
+    _answer(cluster, first.message_id, "To the sea.")
+    await writing.reached()  # claimed, its user message in flight
+    row = await cluster.stores.supervision.read("t", "u", "s1")  # type: ignore[union-attr]
+    assert row is not None and row.message_id == ticket.message_id
+    attaching = asyncio.create_task(a.attach("t", "u", "s1", ticket.message_id, 0))
+    await asyncio.sleep(0)  # let it look (no store call stands between)
+    assert not attaching.done()
+    writing.release()
+    _, local = await attaching
+    assert local, "read from the stores: the live buffer was not there yet"
+    _answer(cluster, ticket.message_id, "Still.")
+    await _ran(cluster, ticket.message_id)

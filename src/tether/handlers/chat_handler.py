@@ -85,6 +85,9 @@ FORCED_HAND_OFF_SECONDS = 1.0
 not stop (at most a quarter of the timeout)."""
 STOP_WAIT_SECONDS = 1.0
 """How long ``shutdown`` waits for the tasks it cancels."""
+_STARTING_WAIT = 5.0
+"""Seconds an attach waits for a turn this replica claimed to start, before it
+reads the turn from the stores instead."""
 
 Clock = Callable[[], datetime]
 
@@ -129,6 +132,9 @@ class ChatHandler:
         self.dead_after = timedelta(seconds=settings.dead_after)
         self.draining = False
         self._turns: dict[str, Turn] = {}
+        self._starts: dict[str, asyncio.Future[None]] = {}
+        """Turns this replica has claimed and is starting, not yet in ``_turns``:
+        done once they are (or failed to start)."""
         self._background: set[asyncio.Task[object]] = set()
         self.metrics = TetherMetrics()
         self.heartbeats = (
@@ -211,6 +217,10 @@ class ChatHandler:
         else:
             lease = await self._claim(context, automatic=automatic)
         key = self._key(context.tenant, requester, context.session_id or "")
+        # From the claim on the row names this turn, so an attach here finds it
+        # there before it runs (its user message and marker still to write):
+        # it waits for the start (``attach``) rather than read it from the stores.
+        starting = self._starts[message_id] = asyncio.get_running_loop().create_future()
         try:
             if dequeue is not None:
                 await self.queue.check_still_waiting(key, dequeue)
@@ -244,6 +254,7 @@ class ChatHandler:
                 if dequeue is not None and lease is not None:
                     await self.queue.remove(key, dequeue, lease.epoch)
                 await turn.mark()
+            self._turns[message_id] = turn
         except BaseException:
             if lease is not None:
                 if self.heartbeats is not None:
@@ -251,7 +262,10 @@ class ChatHandler:
                 with contextlib.suppress(Exception):
                     await lease.delete_row()
             raise
-        self._turns[message_id] = turn
+        finally:
+            if self._starts.get(message_id) is starting:
+                del self._starts[message_id]
+            starting.set_result(None)
         self.metrics.turn_started(lease.takeover if lease is not None else None)
         task = turn.start()
         task.add_done_callback(lambda _: self._after_turn(turn))
@@ -565,6 +579,12 @@ class ChatHandler:
         replica produces it, else by following the recording from the stores.
         The flag says whether the source is the live buffer."""
         requester = normalize_owner(requester_uuid)
+        starting = self._starts.get(message_id)
+        if starting is not None:
+            # Claimed here a moment ago: follow it from its live buffer once it
+            # runs (from the stores, should its start fail or take long).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(starting), _STARTING_WAIT)
         local = self._turns.get(message_id)
         if local is not None and local.lease is not None and local.lease.lost:
             # This replica lost the turn (a takeover, a cancel, a drain): its buffer
