@@ -36,7 +36,7 @@ from tether.domain.chat_model import (
     ToolSpec,
 )
 from tether.domain.turn_context import TurnContext
-from tether.tools import Tool, current_tool_call, tool
+from tether.tools import Tool, current_tool_call, set_current_turn, tool
 
 EXAMPLES = Path(__file__).parent.parent / "src" / "tether" / "examples" / "agents"
 
@@ -709,3 +709,27 @@ async def test_long_writer_setup_streams_about_200_chunks_over_about_20_seconds(
         ChatClient(make_model()), _conversation("Write me a long essay."), [calculator]
     )
     assert again[-1] == final
+
+
+async def test_a_client_the_agent_built_itself_keys_its_calls_by_the_running_turn() -> None:
+    """A ChatClient made without ``turn_id`` (an agent building its own) names
+    the turn its task runs (the turn sets it) in its idempotency keys; outside
+    any turn, each client keys its calls apart. Before, both were
+    ``turn:{index}``: every turn's first call had the same key, so a service
+    deduplicating on it would drop a later turn's call as a repeat."""
+    runs: list[str] = []
+    question = _conversation("What is 6 * 7?")
+
+    async def in_turn(message_id: str) -> None:
+        set_current_turn(message_id)
+        await _run(ChatClient(_model()), question, [_calculator_logging(runs)])
+
+    await asyncio.create_task(in_turn("turn-7"))
+    await asyncio.create_task(in_turn("turn-8"))
+    assert runs == ["turn-7:0#1", "turn-8:0#1"]
+
+    runs.clear()
+    await _run(ChatClient(_model()), question, [_calculator_logging(runs)])
+    await _run(ChatClient(_model()), question, [_calculator_logging(runs)])
+    first, second = (run.rsplit(":", 1)[0] for run in runs)
+    assert first != second and "turn" not in first

@@ -432,3 +432,22 @@ def _fail_next(store: object, method: str, *, times: int) -> None:
         return await original(*args, **kwargs)
 
     setattr(store, method, failing)
+
+
+async def test_a_turns_agent_runs_with_the_turn_as_its_current_one(
+    cluster: ScriptedCluster,
+) -> None:
+    """What a ChatClient the agent built itself keys its tool calls by
+    (``tether.tools.current_turn_id``): the turn's own id, and on a resume
+    elsewhere the same one."""
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("Half")
+    await first.spoken()
+    cluster.kill_by_silence()
+    resumed = await cluster.start(b, "s1", resume=turn.message_id)
+    second = cluster.scripts.of(turn.message_id, 1)
+    second.finish()
+    assert await cluster.ended(resumed) == "done"
+    assert first.turn_ids == second.turn_ids == [turn.message_id]

@@ -62,6 +62,20 @@ _CURRENT: contextvars.ContextVar[ToolCallContext | None] = contextvars.ContextVa
 )
 
 
+_TURN: contextvars.ContextVar[str | None] = contextvars.ContextVar("tether_turn", default=None)
+
+
+def current_turn_id() -> str | None:
+    """The message id of the turn whose agent runs in this task; None outside one."""
+    return _TURN.get()
+
+
+def set_current_turn(message_id: str) -> None:
+    """Make ``message_id`` the current turn for the rest of this task (the turn's
+    own task sets it, before its agent runs; a task's context ends with it)."""
+    _TURN.set(message_id)
+
+
 def current_tool_call() -> ToolCallContext | None:
     """The call the running tool serves; None outside a tool call."""
     return _CURRENT.get()

@@ -43,6 +43,7 @@ from tether.runtime.presence import ReplicaPresence
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.testing.contracts import ManualClock
+from tether.tools import current_turn_id
 
 AGENT = "scripted"
 FAR = 10_000.0
@@ -65,6 +66,8 @@ class Script:
     steps: asyncio.Queue[tuple[str, str]] = field(default_factory=asyncio.Queue)
     inputs: list[list[ChatMessage]] = field(default_factory=list)
     """The conversation the agent was given."""
+    turn_ids: list[str | None] = field(default_factory=list)
+    """The turn the agent's task ran for (``tether.tools.current_turn_id``)."""
     said: list[str] = field(default_factory=list)
     """Each cumulative text the agent yielded."""
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -134,6 +137,7 @@ class ScriptedAgent(StreamableChatAgent):
         self, conversation: list[ChatMessage]
     ) -> AsyncGenerator[ChatMessage, None]:
         self.script.inputs.append(list(conversation))
+        self.script.turn_ids.append(current_turn_id())
         self.script.started.set()
         while True:
             kind, text = await self.script.steps.get()

@@ -120,7 +120,10 @@ describe("double texting", { skip: NEEDS_REPLICAS }, () => {
         { type: "stream", via: "start", url: one.url },
         { type: "queued", messageId: turn.messageId, position: i + 1 },
       ]);
-      assert.ok(messagesOf(events).length > 10, "its answer is seen growing");
+      assert.ok(
+        messagesOf(events).length > 10,
+        `its answer is seen growing: ${JSON.stringify(events.map(summary))}`,
+      );
       assert.ok(strictlyIncreasing(messagesOf(events)));
       assert.deepEqual(turn.outcome, { reason: "done", error: null });
     });

@@ -52,6 +52,7 @@ from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd
 from tether.runtime.recording_flusher import RecordingFlusher
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
+from tether.tools import set_current_turn
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +215,9 @@ class Turn:
         return self.task
 
     async def run(self) -> None:
+        # Tool calls' idempotency keys name this turn, also for a ChatClient
+        # the agent built itself (``tether.tools.current_turn_id``).
+        set_current_turn(self.message_id)
         try:
             end = await self._produce()
         except FencedError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -31,7 +32,13 @@ from tether.domain.chat_message import (
 )
 from tether.domain.chat_model import ChatModel, ModelMessage, ModelRole, ModelToolCall, TextDelta
 from tether.domain.turn_context import TurnContext
-from tether.tools import MalformedToolCall, Tool, ToolCallContext, running_tool_call
+from tether.tools import (
+    MalformedToolCall,
+    Tool,
+    ToolCallContext,
+    current_turn_id,
+    running_tool_call,
+)
 
 # Text the model writes in different responses of one turn (before and after a tool
 # call) are separate text parts; ``content`` joins them as paragraphs.
@@ -143,7 +150,7 @@ class ChatClient(ResumableAgentDependency):
             await self.request_checkpoint()
         index = turn.call_index(call.id)
         context = ToolCallContext(
-            idempotency_key=f"{self.turn_id or 'turn'}:{index}",
+            idempotency_key=f"{self._key_prefix()}:{index}",
             call_index=index,
             attempt=attempts + 1,
             tool_call_id=call.id,
@@ -155,6 +162,15 @@ class ChatClient(ResumableAgentDependency):
         # resume on any replica will not execute the call again.
         await self.request_checkpoint()
         return turn.message()
+
+    def _key_prefix(self) -> str:
+        """What the turn's idempotency keys start with: the turn's message id
+        (given, or the turn whose task runs this client), the same on every
+        replica that runs it; a client outside any turn gets an id of its own,
+        so its keys never match another's."""
+        if self.turn_id is None:
+            self.turn_id = current_turn_id() or f"client-{uuid.uuid4().hex}"
+        return self.turn_id
 
     async def catch_up(self, shown: ChatMessage) -> None:
         """Go on from the answer its clients saw when it only adds text to the
