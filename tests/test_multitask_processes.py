@@ -4,6 +4,7 @@ new message sent through the other interrupts it, or rolls it back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import uuid
@@ -15,6 +16,7 @@ import pytest
 
 from tests.support.metrics import scrape
 from tests.support.project import make_project
+from tests.support.services import postgres_database, redis_prefix
 from tether.crashtest.client import TENANT, TetherAPI
 from tether.crashtest.cluster import Cluster
 
@@ -124,14 +126,33 @@ async def _status(http: httpx2.AsyncClient, url: str, session: str) -> dict[str,
     return dict(response.json())
 
 
+@pytest.mark.parametrize(
+    "stores",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("postgres+redis", marks=[pytest.mark.postgres, pytest.mark.redis]),
+    ],
+)
 async def test_enqueued_messages_from_two_replicas_run_in_order_through_a_killed_producer(
-    tmp_path: Path,
+    tmp_path: Path, stores: str
 ) -> None:
     """Three messages enqueued through two replicas while a turn runs: they run
     one at a time in arrival order; the replica producing the first of them is
-    SIGKILLed mid-answer and the queue still drains (automatic takeover)."""
+    SIGKILLed mid-answer and the queue still drains (automatic takeover). On
+    SQLite, on PostgreSQL, and with the stream stores on Redis beside it."""
     project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=120)
-    cluster = Cluster(project, f"sqlite:///{tmp_path}/tether.db", size=3, workdir=tmp_path)
+    with contextlib.ExitStack() as places:
+        if stores == "sqlite":
+            store, stream_store = f"sqlite:///{tmp_path}/tether.db", None
+        else:
+            store = places.enter_context(postgres_database())
+            stream_store = places.enter_context(redis_prefix()) if "redis" in stores else None
+        cluster = Cluster(project, store, size=3, workdir=tmp_path, stream_store_url=stream_store)
+        await _enqueued_turns_drain_through_a_kill(cluster)
+
+
+async def _enqueued_turns_drain_through_a_kill(cluster: Cluster) -> None:
     async with cluster, TetherAPI.client() as http:
         api = TetherAPI(http, "plain")
         a, b, c = cluster.replicas
