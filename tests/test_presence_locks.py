@@ -233,7 +233,9 @@ async def test_a_replica_whose_lock_is_reset_holds_a_new_one_once_the_server_is_
                 assert await presence.keep() is True
                 assert presence.producer is None
                 assert await _first_free(checker, {first}) == {first}
+                trying = presence.replica_id
                 assert await presence.keep() is False  # still out of reach
+                assert presence.replica_id == trying  # retried, not a new id per retry
 
                 proxy.start()
                 assert await presence.keep() is True

@@ -61,7 +61,8 @@ class ReplicaPresence:
         """Producers found gone: a gone process never comes back, so this only grows
         (by one id per dead process or lost lock)."""
         self._own: set[str] = set()
-        """Every id this replica has held: never tested, its rows are its own."""
+        """Every id this replica has held or tried to: never tested, its rows are
+        its own (one per lost lock, not per failed retry)."""
         self.lost = 0
         """How many times this replica found its lock lost (``keep``)."""
         self._on_change: Callable[[str | None], None] = lambda producer: None
@@ -90,7 +91,6 @@ class ReplicaPresence:
 
     async def _hold(self) -> None:
         assert self._lock is not None
-        self.replica_id = uuid.uuid4().hex
         self._own.add(self.replica_id)
         try:
             await self._lock.hold(self.replica_id)
@@ -125,6 +125,9 @@ class ReplicaPresence:
                 before,
             )
             await self._release_quietly()
+            # Others may have read the lost id gone, for good: never hold it again.
+            # An id never held (a hold that failed) is tried again as it is.
+            self.replica_id = uuid.uuid4().hex
         await self._hold()
         if self.producer == before:
             return False
