@@ -272,7 +272,7 @@ class ScriptedCluster:
         """Give ``replica`` a presence lock, held until it shuts down (dies)."""
         replica.presence = ReplicaPresence(self.presence.lock())
         # No ``keep_every``: a test calls ``keep()`` when it wants the check.
-        await replica.presence.start(on_change=replica._name_producer)
+        await replica.presence.start(on_change=replica._producer_changed)
         return replica
 
     async def start(

@@ -451,7 +451,7 @@ class ChatHandler:
         """Claim the conversation's next epoch for ``message_id``, every other
         store fenced at it first (``ClaimRefusedError`` when it is not free)."""
         assert self.stores.supervision is not None
-        lease = await claim(
+        return await claim(
             self.stores.supervision,
             key,
             message_id,
@@ -460,19 +460,14 @@ class ChatHandler:
             raise_fences=functools.partial(raise_fences, self.stores, key),
             takeover_of=takeover_of,
             automatic=automatic,
-            producer=self.presence.producer,
+            producer=lambda: self.presence.producer,
             gone=self.presence.gone,
         )
-        # The presence lock may have been re-held under a new id meanwhile.
-        lease.producer = self.presence.producer
-        return lease
 
-    def _name_producer(self, producer: str | None) -> None:
-        """This replica's presence id changed (its lock was lost and re-held):
-        every lease it holds names the new one from its next write on."""
-        for turn in self._turns.values():
-            if turn.lease is not None:
-                turn.lease.producer = producer
+    def _producer_changed(self, producer: str | None) -> None:
+        """This replica's presence id changed (its lock was lost and held again):
+        its leases read it at each write, so they name the new one from their
+        next write on; this only counts it."""
         self.metrics.presence_changes.inc()
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
@@ -914,7 +909,7 @@ class ChatHandler:
         """Start the replica's own background work (the app's start-up): its
         presence lock, and the automatic takeover of dead turns."""
         await self.presence.start(
-            keep_every=self.settings.heartbeat_interval, on_change=self._name_producer
+            keep_every=self.settings.heartbeat_interval, on_change=self._producer_changed
         )
         if self.presence.producer is not None:
             logger.info(

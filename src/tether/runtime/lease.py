@@ -26,6 +26,8 @@ from tether.domain.chat_stream_supervision_store import (
 
 Clock = Callable[[], datetime]
 RaiseFences = Callable[[int], Awaitable[None]]
+Producer = Callable[[], "str | None"]
+"""This replica's presence id now (``ReplicaPresence.producer``), or None."""
 """Fence every other store of the conversation at an epoch (see ``fences``)."""
 
 
@@ -83,7 +85,7 @@ class Lease:
         epoch: int,
         clock: Clock,
         takeover: Takeover | None = None,
-        producer: str | None = None,
+        producer: Producer = lambda: None,
     ) -> None:
         self.store = store
         self.key = key
@@ -98,8 +100,14 @@ class Lease:
         """When the row last held a heartbeat of ours that the store accepted."""
         self.takeover = takeover
         """Set when this lease was taken from a dead producer."""
-        self.producer = producer
-        """This replica's presence id, written into every row of the lease."""
+        self._producer = producer
+
+    @property
+    def producer(self) -> str | None:
+        """This replica's presence id as it is now, written into every row of
+        the lease: read at each write, so a lock held again under a new id
+        (``tether.runtime.presence``) is named from the next write on."""
+        return self._producer()
 
     async def _swap(
         self, status: ChatStreamStatus, *, heartbeat_at: datetime | None = None, bump: bool
@@ -169,7 +177,7 @@ async def claim(
     raise_fences: RaiseFences | None = None,
     takeover_of: str | None = None,
     automatic: bool = False,
-    producer: str | None = None,
+    producer: Producer = lambda: None,
     gone: Collection[str] = (),
 ) -> Lease:
     """Claim the conversation for ``message_id`` at the next epoch.
@@ -181,7 +189,7 @@ async def claim(
     cause (``automatic`` when a replica's takeover loop claims) and since when
     the turn was dead. A row whose producer is among the replicas known
     ``gone`` (``tether.runtime.presence``) is dead whatever its heartbeat's
-    age. Every row the lease writes names ``producer``.
+    age. Every row the lease writes names ``producer()`` as it is then.
 
     The other stores are fenced at the new epoch (``raise_fences``; none when
     the supervision row is all there is) *before* it is granted, so
@@ -213,7 +221,7 @@ async def claim(
         heartbeat_at=now,
         message_id=message_id,
         epoch=epoch,
-        producer=producer,
+        producer=producer(),
     )
     if not await store.compare_and_swap(
         key.tenant, key.requester_uuid, key.session_id, expected, row
