@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 
-from tests.support.scripted import ScriptedCluster, ScriptedRegistries, Scripts
+from tests.support.scripted import Script, ScriptedCluster, ScriptedRegistries, Scripts
 from tether.api.app import setup_app
 from tether.domain.chat_message import ChatMessageSender, ToolCallStatus
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.store_errors import StoreUnavailableError
+from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError
+from tether.handlers.turn import Turn
 from tether.testing.interleavings import Hold, hold
 
 
@@ -186,17 +188,29 @@ async def test_a_turn_cancelled_inside_a_tool_call_leaves_no_call_running(
     assert "may or may not have happened" in str(call.response)
 
 
+async def _resumed_elsewhere(
+    cluster: ScriptedCluster, a: ChatHandler, b: ChatHandler, said: str
+) -> tuple[Turn, Script, Turn, Script]:
+    """A turn of ``s1`` started on ``a``, its agent having said ``said``; its
+    producer then reads dead (silent past the threshold, its task still there)
+    and ``b`` resumes it. The turn, its first script, the resumed turn, and the
+    resumed producer's script."""
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say(said)
+    await first.spoken()
+    cluster.kill_by_silence()
+    resumed = await cluster.start(b, "s1", resume=turn.message_id)
+    return turn, first, resumed, cluster.scripts.of(turn.message_id, 1)
+
+
 async def test_a_cancel_keeps_the_current_owners_content_not_a_stale_local_copy(
     cluster: ScriptedCluster,
 ) -> None:
     a, b = cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1")
-    old = cluster.scripts.of(turn.message_id, 0)
-    old.say("stale text from the paused producer")
-    await old.spoken()
-    cluster.kill_by_silence()
-    resumed = await cluster.start(b, "s1", resume=turn.message_id)
-    new = cluster.scripts.of(turn.message_id, 1)
+    turn, _, resumed, new = await _resumed_elsewhere(
+        cluster, a, b, "stale text from the paused producer"
+    )
     new.say("the new owner's text")
     await new.spoken()
     assert b.flusher is not None
@@ -441,13 +455,7 @@ async def test_a_turns_agent_runs_with_the_turn_as_its_current_one(
     (``tether.tools.current_turn_id``): the turn's own id, and on a resume
     elsewhere the same one."""
     a, b = cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1")
-    first = cluster.scripts.of(turn.message_id, 0)
-    first.say("Half")
-    await first.spoken()
-    cluster.kill_by_silence()
-    resumed = await cluster.start(b, "s1", resume=turn.message_id)
-    second = cluster.scripts.of(turn.message_id, 1)
+    turn, first, resumed, second = await _resumed_elsewhere(cluster, a, b, "Half")
     second.finish()
     assert await cluster.ended(resumed) == "done"
     assert first.turn_ids == second.turn_ids == [turn.message_id]
