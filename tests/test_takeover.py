@@ -11,16 +11,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from tests.support.scripted import Script, ScriptedCluster
 from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
 from tether.domain.chat_message import ChatMessageSender
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervisionStore
+from tether.domain.chat_stream_supervision_store import (
+    ChatStreamStatus,
+    ChatStreamSupervisionStore,
+    StaleTurn,
+)
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError, TurnEndedError
+from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.testing.interleavings import hold
 
@@ -324,3 +331,88 @@ async def test_a_seed_only_supervision_store_keeps_the_clients_resume_and_says_s
         assert await cluster.ended(resumed) == "done"
     finally:
         await cluster.aclose()
+
+
+async def _dead_turns_of_one_replica(cluster: ScriptedCluster, count: int) -> list[Turn]:
+    """``count`` turns of one replica, in conversations s0, s1, ..., all dead."""
+    a = cluster.replica()
+    turns = [await cluster.start(a, f"s{n}") for n in range(count)]
+    for turn in turns:
+        await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    return turns
+
+
+async def test_the_dead_turns_of_one_replica_are_taken_over_side_by_side(
+    cluster: ScriptedCluster,
+) -> None:
+    """A killed replica's turns die together: the survivor does not wait for
+    one takeover's store calls before it starts the next (it did, and the
+    last of 20 started half a second after the first)."""
+    first, second = await _dead_turns_of_one_replica(cluster, 2)
+    b = cluster.replica()
+    b.takeovers = AutomaticTakeover(b, interval=0.01, limit=2, order=_InOrder())
+    store = cluster.stores.agent_state
+    assert store is not None
+    # The first takeover's checkpoint read waits in the store...
+    held = hold(store, "load", when=lambda tenant, requester, session: session == "s0")
+    scan = asyncio.ensure_future(b.takeovers.scan())
+    await held.reached()
+    # ...and the second turn is taken over meanwhile.
+    await _started(cluster, second.message_id, 1)
+    held.release()
+    assert await scan == 2
+    await _started(cluster, first.message_id, 1)
+
+
+class _InOrder(random.Random):
+    """Takes the dead turns in the order they were listed."""
+
+    def shuffle(self, x: Any) -> None:
+        x.sort(key=lambda stale: stale.session_id)
+
+
+class _Refusing(AutomaticTakeover):
+    """A takeover whose every attempt is refused (another replica was first),
+    recording which turns it tried, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tried: list[str] = []
+
+    async def _take(self, stale: StaleTurn) -> bool | None:
+        self.tried.append(stale.session_id)
+        return False
+
+
+async def test_each_replica_walks_the_dead_turns_in_an_order_of_its_own(
+    cluster: ScriptedCluster,
+) -> None:
+    await _dead_turns_of_one_replica(cluster, 12)
+    orders = []
+    for seed in (1, 2):
+        takeover = _Refusing(cluster.replica(), interval=0.01, limit=2, order=random.Random(seed))
+        await takeover.scan()
+        orders.append(takeover.tried)
+    assert sorted(orders[0]) == sorted(orders[1]) == sorted(f"s{n}" for n in range(12))
+    assert orders[0] != orders[1]
+
+
+async def test_a_turn_a_replica_failed_to_take_is_left_to_the_others_for_a_growing_while(
+    cluster: ScriptedCluster,
+) -> None:
+    await _dead_turns_of_one_replica(cluster, 1)
+    now = [100.0]
+    takeover = _Refusing(cluster.replica(), interval=0.5, limit=2, monotonic=lambda: now[0])
+
+    async def tries_at(at: float) -> int:
+        now[0] = at
+        before = len(takeover.tried)
+        await takeover.scan()
+        return len(takeover.tried) - before
+
+    assert await tries_at(100.0) == 1  # refused: left alone for 0.5 * 2 s
+    assert await tries_at(100.9) == 0
+    assert await tries_at(101.0) == 1  # refused again: for 0.5 * 4 s
+    assert await tries_at(102.9) == 0
+    assert await tries_at(103.0) == 1
