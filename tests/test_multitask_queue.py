@@ -307,3 +307,96 @@ async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(
     assert local, "read from the stores: the live buffer was not there yet"
     _answer(cluster, ticket.message_id, "Still.")
     await _ran(cluster, ticket.message_id)
+
+
+def _dies_after_its_last_write(replica: ChatHandler) -> None:
+    """``replica`` starts nothing after its turns' last writes, as when it is
+    killed right after them."""
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    replica.queue.start_passed_on = nothing  # type: ignore[method-assign,assignment]
+    replica.queue.kick = nothing  # type: ignore[method-assign,assignment]
+
+
+@pytest.mark.parametrize("found_by", ["takeover", "status"])
+async def test_a_queue_whose_replica_dies_right_after_a_turns_end_still_drains(
+    cluster: ScriptedCluster, found_by: str
+) -> None:
+    """The turn's last write hands the conversation to the next queued turn
+    (its row, dead at once), so a replica killed right after it leaves a row
+    any replica's takeover (or a client's look) starts. Before, it wrote its
+    verdict and its kick claimed the next turn after: killed between the two,
+    the queue waited for a client to look."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    _answer(cluster, two.message_id, "Answer two.")
+    _dies_after_its_last_write(a)
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    assert cluster.stores.supervision is not None
+    row = await cluster.stores.supervision.read("t", "u", "s1")
+    assert row is not None and row.message_id == two.message_id
+    assert row.status is ChatStreamStatus.RUNNING and b.reads_dead(row)
+    if found_by == "takeover":
+        assert await b.takeovers.scan() == 1
+    else:
+        assert (await b.status("t", "u", "s1")).message_id == two.message_id
+    assert await _ran(cluster, two.message_id) is b.local_turn(two.message_id)
+    assert _shape(await cluster.transcript("s1")) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+    ]
+
+
+async def test_a_queued_turn_cancelled_once_handed_the_conversation_never_runs(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    _dies_after_its_last_write(a)
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    await b.cancel("t", "u", "s1", two.message_id)
+    assert await b.queue.kick(KEY) is None  # as the cancel's own kick finds it
+    assert await b.takeovers.scan() == 0
+    assert not cluster.scripts.of(two.message_id).started.is_set()
+    assert waiting_in(await cluster.transcript("s1")) == []
+    assert (await b.status("t", "u", "s1")).status == "cancelled"
+
+
+async def test_a_queued_turn_cancelled_while_the_turn_before_hands_it_over_is_skipped(
+    cluster: ScriptedCluster,
+) -> None:
+    """The cancel lands between the ending turn's read of the queue and its
+    hand-off: the hand-off names a turn that no longer waits, whose row then
+    ends cancelled, and the one behind it starts."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    three = await _enqueue(b, "Three?")
+    _answer(cluster, three.message_id, "Answer three.")
+    assert cluster.stores.supervision is not None
+    handing = hold(
+        cluster.stores.supervision,
+        "compare_and_swap",
+        when=lambda *args: args[4].message_id == two.message_id,
+    )
+    _answer(cluster, first.message_id, "Answer one.")
+    await handing.reached()
+    await b.cancel("t", "u", "s1", two.message_id)
+    handing.release()
+    assert await cluster.ended(first) == "done"
+    await _ran(cluster, three.message_id)
+    assert not cluster.scripts.of(two.message_id).started.is_set()
+    assert _shape(await cluster.transcript("s1")) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Three?"),
+        ("bot", "Answer three."),
+    ]

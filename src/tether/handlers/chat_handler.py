@@ -244,6 +244,7 @@ class ChatHandler:
                 deltas=self.deltas,
                 recorded=recorded,
                 metrics=self.metrics,
+                next_queued=self.queue.head if request.stateful and self.queue.supported else None,
             )
             turn.hold_lease()
             if request.stateful and not resuming:
@@ -515,7 +516,10 @@ class ChatHandler:
         self.metrics.turn_ended(turn.buffer.end, lease_lost=lost)
         self._in_background(self._clean_up_later(turn))
         end = turn.buffer.end
-        if turn.lease is not None and not lost and end is not None and end.reason != "dead":
+        if turn.passed_to is not None:
+            # It handed the conversation to the next queued turn: start that here now.
+            self._in_background(self.queue.start_passed_on(turn.key, turn.passed_to))
+        elif turn.lease is not None and not lost and end is not None and end.reason != "dead":
             # The conversation is free: its next queued turn starts now. (A
             # turn this replica lost or handed off is ended by another hand,
             # which kicks the queue itself.)
@@ -636,9 +640,12 @@ class ChatHandler:
             key = await self._reader_key(tenant, requester_uuid, session_id)
             row = await store.read(key.tenant, key.requester_uuid, key.session_id)
             waiting = await self.queue.waiting(key)
-            if waiting and (row is None or row.status is not ChatStreamStatus.RUNNING):
-                # Idle with turns waiting (their kicker died at the wrong
-                # moment): start the next one now, and say so.
+            if waiting and (
+                row is None or row.status is not ChatStreamStatus.RUNNING or self.reads_dead(row)
+            ):
+                # Idle (or its row dead: a hand-off to the next queued turn
+                # whose replica died) with turns waiting: start the next one
+                # now, and say so.
                 if await self.queue.kick(key) is not None or row is None:
                     row = await store.read(key.tenant, key.requester_uuid, key.session_id)
                     waiting = await self.queue.waiting(key)
@@ -660,9 +667,13 @@ class ChatHandler:
 
     def _verdict(self, row: ChatStreamSupervision) -> str:
         if row.status is ChatStreamStatus.RUNNING:
-            dead = row.is_dead(self.clock(), self.dead_after, self.presence.gone)
-            return "dead" if dead else "running"
+            return "dead" if self.reads_dead(row) else "running"
         return _VERDICTS[row.status]
+
+    def reads_dead(self, row: ChatStreamSupervision) -> bool:
+        """Whether ``row`` reads dead here now: by its heartbeat's age, or its
+        producer's free presence lock."""
+        return row.is_dead(self.clock(), self.dead_after, self.presence.gone)
 
     async def cancel(
         self,
@@ -739,6 +750,10 @@ class ChatHandler:
             )
         if local is not None and local.key == key:
             local.cancelled()
+        if await self.queue.is_waiting(key, message_id):
+            # A queued turn handed the conversation but not started yet: it
+            # must not start after its cancel.
+            await self.queue.remove(key, message_id, epoch)
         await self._keep_partial_answer(key, message_id, epoch)
         self._forget_later(key, message_id, epoch)
         if kick:

@@ -19,15 +19,22 @@ after the answers before it) and only then removes the queued copy, both
 fenced at its epoch: a crash between the two leaves the message twice, never
 lost.
 
-Who kicks: the end of every turn (its producer's, a cancel's, the
-reaper's), so a queue drains one turn at a time, in arrival order, on
-whichever replica ended the turn before. A turn whose producer dies is taken
-over (``handlers.takeover``) and its end kicks. A replica that is draining
-hands the head off instead (a RUNNING row for it that reads dead at once),
-which the automatic takeover of another replica starts. A status read or an
-attach to a queued turn kicks an idle conversation too, so a queue whose
-kicker died in the instant between a turn's end and the next claim is
-started by the next client that looks.
+Who starts the next turn: the turn before it, in its last write. A turn
+whose producer ends it (done or errored) with turns waiting writes no
+verdict: it hands the conversation to the head of the queue
+(``Lease.pass_on``: the head's RUNNING row, dead at once), and its replica
+then starts that turn. One write, so a replica killed right after it leaves
+a row any replica's takeover starts (``start_handed_off``), and readers
+elsewhere of the turn that ended hear ``gone`` (its answer is in the
+transcript). Other ends (a cancel, the reaper, a turn whose queue was empty
+when it ended) kick: the end of every turn starts the head if the
+conversation is idle, so a queue drains one turn at a time, in arrival
+order, on whichever replica ended the turn before. A replica that is
+draining hands the head off instead, which the automatic takeover of another
+replica starts. A status read or an attach to a queued turn kicks an idle
+conversation (or one whose row is a hand-off nobody took) too, so a queue
+whose kicker died between a verdict and the next claim is started by the
+next client that looks.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from typing import TYPE_CHECKING
 from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import ChatMessage, QueuedTurn
 from tether.domain.chat_request import ChatRequest, RequestHeaders
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
@@ -225,12 +232,21 @@ class TurnQueue:
         assert supervision is not None
         for _ in range(_KICK_TRIES):
             row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
-            if row is not None and row.status is ChatStreamStatus.RUNNING:
-                return None  # running, or dead: its end (or its takeover) kicks
+            running = row is not None and row.status is ChatStreamStatus.RUNNING
+            if row is not None and running and not handler.reads_dead(row):
+                return None  # running: its end kicks
             waiting = await self.waiting(key)
             if not waiting:
                 return None
             head = waiting[0]
+            if row is not None and running:
+                # Dead: its takeover (or the reaper) ends it and kicks, unless
+                # the row is the head's own hand-off (``Lease.pass_on``, a
+                # drain), left by a replica that died before starting it.
+                if row.message_id != head.message_id:
+                    return None
+                started = await self.start_handed_off(key, head.message_id)
+                return head.message_id if started else None
             try:
                 turn = await handler.start_turn(self.request_of(key, head), dequeue=head.message_id)
             except (ConversationBusyError, ClaimRefusedError, TurnEndedError):
@@ -254,9 +270,11 @@ class TurnQueue:
 
     async def start_handed_off(self, key: ConversationKey, message_id: str) -> bool:
         """Start queued turn ``message_id`` whose row reads dead with no
-        checkpoint of it (its starter was draining, or died before the turn
-        marked its checkpoint); whether it was a queued turn this replica
-        started. Called by the automatic takeover."""
+        checkpoint of it (the turn before handed it the conversation, its
+        starter was draining, or died before the turn marked its checkpoint);
+        whether this replica started it. Called by the automatic takeover, a
+        kick, and the replica whose turn handed it the conversation. One that
+        can never run leaves the queue (logged), as in ``kick``."""
         waiting = await self.waiting(key)
         entry = next((w for w in waiting if w.message_id == message_id), None)
         if entry is None:
@@ -271,7 +289,51 @@ class TurnQueue:
             TurnEndedError,
         ):
             return False
+        except (UnknownAgentError, BotParamsError, TurnRequestError) as error:
+            logger.warning("queued turn %s cannot start: %s", message_id, error)
+            supervision = self._handler.stores.supervision
+            assert supervision is not None
+            row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+            if row is not None and row.message_id == message_id:
+                # Its row is the hand-off, unclaimed: out of the queue at its epoch.
+                await self.remove(key, message_id, row.epoch)
+            return False
         return True
+
+    async def head(self, key: ConversationKey) -> str | None:
+        """The id of the turn that starts next, if one waits (a turn ending
+        hands the conversation to it: ``Turn._write_verdict``)."""
+        waiting = await self.waiting(key)
+        return waiting[0].message_id if waiting else None
+
+    async def start_passed_on(self, key: ConversationKey, message_id: str) -> None:
+        """Start queued turn ``message_id``, to which the turn before handed
+        the conversation (``Lease.pass_on``). Another replica may have started
+        it first; if it no longer waits (cancelled between the hand-off's
+        read of the queue and its write), its row ends ``cancelled`` and the
+        next one starts; a draining replica leaves it to the others."""
+        if await self.start_handed_off(key, message_id):
+            return
+        supervision = self._handler.stores.supervision
+        assert supervision is not None
+        row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
+        if (
+            row is None
+            or row.message_id != message_id
+            or row.status is not ChatStreamStatus.RUNNING
+            or await self.is_waiting(key, message_id)
+        ):
+            return  # started elsewhere, or it waits for another replica's start
+        ended = ChatStreamSupervision(
+            status=ChatStreamStatus.CANCELLED,
+            heartbeat_at=self._handler.clock(),
+            message_id=message_id,
+            epoch=row.epoch + 1,
+        )
+        if await supervision.compare_and_swap(
+            key.tenant, key.requester_uuid, key.session_id, row.epoch, ended
+        ):
+            await self.kick(key)
 
     async def _hand_off(self, key: ConversationKey, head: Waiting) -> bool:
         """A draining replica's kick: claim the head and give it up at once, so
@@ -397,7 +459,11 @@ class TurnQueue:
                         yield StreamEnd("cancelled")
                         return
                     break
-                if row is None or row.status is not ChatStreamStatus.RUNNING:
+                if (
+                    row is None
+                    or row.status is not ChatStreamStatus.RUNNING
+                    or handler.reads_dead(row)
+                ):
                     await self.kick(key)
             last = seen
             polls += 1

@@ -3,7 +3,8 @@
 The turn's life follows ``tether.runtime.lifecycle``: CLAIMED (the lease is
 ours, the stores fenced at our epoch, the input fixed), RUNNING (the agent
 produces; every cumulative message goes to the live buffer), SEALING (the
-answer is persisted), then one verdict. Beside a running stateful turn, the
+answer is persisted), then one verdict (in the supervision row, or, when a
+queued turn waits behind it, the row handed to that turn). Beside a running stateful turn, the
 replica's heartbeat batcher renews its lease every second, the replica's
 recording flusher writes its newest message at most every 0.5 s, and the
 turn's checkpointer saves every resumable dependency every 5 s and whenever a
@@ -20,7 +21,7 @@ import functools
 import inspect
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,6 +58,8 @@ from tether.tools import set_current_turn
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+NextQueued = Callable[[ConversationKey], Awaitable["str | None"]]
+"""The id of the conversation's next queued turn, if one waits (``TurnQueue.head``)."""
 
 
 @functools.cache
@@ -108,6 +111,7 @@ class Turn:
         deltas: DeltaPublisher | None = None,
         recorded: ChatMessage | None = None,
         metrics: TetherMetrics | None = None,
+        next_queued: NextQueued | None = None,
     ) -> None:
         self.request = request
         self.setup = setup
@@ -158,6 +162,9 @@ class Turn:
         self._dead_after = timedelta(seconds=settings.dead_after)
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
+        self._next_queued = next_queued
+        self.passed_to: str | None = None
+        """The queued turn this one handed the conversation to at its end, if any."""
 
     # ----------------------------------------------------------------- life
 
@@ -626,7 +633,7 @@ class Turn:
                     create_if_absent=False,
                     bot_params=self.request.bot_params,
                 )
-            await self.writer.finish(ChatStreamStatus.DONE)
+            await self._write_verdict(ChatStreamStatus.DONE)
             if self._stores.conversation is not None:
                 await self._bus.publish(
                     ConversationUpdated(
@@ -651,7 +658,7 @@ class Turn:
                     last_turn_status="errored",
                     create_if_absent=False,
                 )
-                await self.writer.finish(ChatStreamStatus.ERRORED)
+                await self._write_verdict(ChatStreamStatus.ERRORED)
             except FencedError:
                 return await self._fenced_end()
             except Exception:
@@ -664,6 +671,25 @@ class Turn:
                 return StreamEnd("gone")
         self.lifecycle.end(TurnState.ERRORED)
         return end
+
+    async def _write_verdict(self, status: ChatStreamStatus) -> None:
+        """The turn's last write: its verdict in the row or, when a queued turn
+        waits behind it, the row handed to that turn (``Lease.pass_on``). One
+        write either way: a crash after a verdict and before the next turn's
+        claim left the queue waiting for a client to look."""
+        head = None
+        if self._next_queued is not None:
+            try:
+                head = await self._next_queued(self.key)
+            except Exception:
+                # The verdict, then: the replica's kick after the turn reads
+                # the queue again.
+                logger.warning("turn %s: could not read the queue", self.message_id, exc_info=True)
+        if head is None:
+            await self.writer.finish(status)
+            return
+        await self.writer.pass_on(head)
+        self.passed_to = head
 
     async def _leave_for_resume(self) -> None:
         try:

@@ -177,6 +177,16 @@ class FencedWriter:
             return
         await self._write(Write.STATUS, None, "", object, lambda: _accepted(lease.abandon()))
 
+    async def pass_on(self, message_id: str) -> None:
+        """End the turn by handing the row to queued turn ``message_id``
+        (``Lease.pass_on``)."""
+        lease = self.lease
+        if lease is None:
+            return
+        await self._write(
+            Write.STATUS, None, "", object, lambda: _accepted(lease.pass_on(message_id))
+        )
+
     def allows_recording(self) -> bool:
         return self.lifecycle.allows(Write.RECORDING)
 

@@ -158,6 +158,32 @@ class Lease:
         if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO, bump=True):
             raise FencedError(self.message_id)
 
+    async def pass_on(self, message_id: str) -> None:
+        """End the turn by handing the conversation to the next queued turn,
+        ``message_id``, in one write: that turn's RUNNING row at the next
+        epoch, with a heartbeat from long ago and no producer, which reads
+        dead at once. Whichever replica looks first starts it (this one, at
+        once; any takeover loop; a client's status read), so no crash after
+        this write leaves the queue waiting, as one between a verdict and the
+        next turn's claim did. No heartbeat of ours can undo it. The row no
+        longer names this turn: readers elsewhere hear ``gone`` rather than
+        ``done`` (the turn's answer is in the transcript already)."""
+        if self.lost:
+            raise FencedError(self.message_id)
+        row = ChatStreamSupervision(
+            status=ChatStreamStatus.RUNNING,
+            heartbeat_at=_LONG_AGO,
+            message_id=message_id,
+            epoch=self.epoch + 1,
+        )
+        k = self.key
+        if not await self.store.compare_and_swap(
+            k.tenant, k.requester_uuid, k.session_id, self.epoch, row
+        ):
+            self.lost = True
+            raise FencedError(self.message_id)
+        self.row_epoch = row.epoch
+
     async def delete_row(self) -> None:
         """Remove the row if it is still exactly as we left it (clean-up after
         the grace period); the store keeps the epoch."""
