@@ -733,3 +733,44 @@ async def test_a_client_the_agent_built_itself_keys_its_calls_by_the_running_tur
     await _run(ChatClient(_model()), question, [_calculator_logging(runs)])
     first, second = (run.rsplit(":", 1)[0] for run in runs)
     assert first != second and "turn" not in first
+
+
+async def test_two_answers_of_one_turn_number_their_calls_on_across_both() -> None:
+    """An agent that asks for two answers in one turn (``stream`` twice):
+    the second answer's calls go on from the first's, across a resume in
+    the middle of the second one's call too. Before, each answer counted
+    from 0, so both first calls were ``turn-1:0`` and a service
+    deduplicating on the key would drop the second as a repeat."""
+    runs: list[str] = []
+    client = ChatClient(_model(), turn_id="turn-1")
+    states: list[dict[str, Any]] = []
+
+    @tool(name="calculator", on_unknown="retry")
+    async def calculator(expression: str) -> int:
+        call = current_tool_call()
+        assert call is not None
+        runs.append(f"{call.idempotency_key}#{call.attempt}")
+        if len(runs) == 2:
+            states.append(_json_round_trip(await client.dump()))
+            raise asyncio.CancelledError  # the replica dies here
+        return 42
+
+    await _run(client, _conversation("What is 6 * 7?"), [calculator])
+    stream = _closable(client.stream(_conversation("And 7 * 6?"), [calculator]))
+    with pytest.raises(asyncio.CancelledError):
+        async for _ in stream:
+            pass
+    assert runs == ["turn-1:0#1", "turn-1:1#1"]
+
+    resumed = ChatClient(_model(), turn_id="turn-1")
+    await resumed.load(states[0], resuming_turn=True)
+    await _run(resumed, _conversation("And 7 * 6?"), [_calculator_logging(runs, on_unknown="retry")])
+    await _run(resumed, _conversation("And 6 * 6?"), [_calculator_logging(runs)])
+    assert runs == ["turn-1:0#1", "turn-1:1#1", "turn-1:1#2", "turn-1:2#1"]
+
+    # A new turn counts from 0 again.
+    runs.clear()
+    await resumed.load(await resumed.dump(), resuming_turn=False)
+    resumed.turn_id = "turn-2"
+    await _run(resumed, _conversation("What is 6 * 7?"), [_calculator_logging(runs)])
+    assert runs == ["turn-2:0#1"]

@@ -65,6 +65,7 @@ class ChatClient(ResumableAgentDependency):
         self.max_tool_rounds = max_tool_rounds
         self.turn_id = turn_id
         """The turn's message id: the first half of each call's idempotency key."""
+        self._own_id: str | None = None
         self._turn = _TurnState()
         self._resume_next = False
 
@@ -79,8 +80,10 @@ class ChatClient(ResumableAgentDependency):
         if self._resume_next:
             self._resume_next = False
             turn = self._turn
+            if turn.turn_key is None:  # a checkpoint from before keys were per turn
+                turn.turn_key = self._key_prefix()
         else:
-            turn = self._turn = _TurnState()
+            turn = self._turn = self._turn.next_answer(self._key_prefix())
         tools_by_name = _index(tools)
         specs = [tool.spec() for tool in tools]
         prefix = _model_prefix(conversation, system_prompt)
@@ -148,7 +151,7 @@ class ChatClient(ResumableAgentDependency):
             # A fenced producer's checkpoint is refused, so it never runs it.
             turn.started[call.id] = attempts + 1
             await self.request_checkpoint()
-        index = turn.call_index(call.id)
+        index = turn.first_call_index + turn.call_index(call.id)
         context = ToolCallContext(
             idempotency_key=f"{self._key_prefix()}:{index}",
             call_index=index,
@@ -168,9 +171,14 @@ class ChatClient(ResumableAgentDependency):
         (given, or the turn whose task runs this client), the same on every
         replica that runs it; a client outside any turn gets an id of its own,
         so its keys never match another's."""
-        if self.turn_id is None:
-            self.turn_id = current_turn_id() or f"client-{uuid.uuid4().hex}"
-        return self.turn_id
+        if self.turn_id is not None:
+            return self.turn_id
+        running = current_turn_id()
+        if running is not None:
+            return running  # read each time: one client may serve several turns
+        if self._own_id is None:
+            self._own_id = f"client-{uuid.uuid4().hex}"
+        return self._own_id
 
     async def catch_up(self, shown: ChatMessage) -> None:
         """Go on from the answer its clients saw when it only adds text to the
@@ -455,6 +463,23 @@ class _TurnState(BaseModel):
     content: str = ""
     content_parts: list[ContentPart] = Field(default_factory=list)
     finished: bool = False
+    turn_key: str | None = None
+    """The idempotency keys' prefix of the turn this answer belongs to."""
+    first_call_index: int = 0
+    """The index of this answer's first tool call among all the turn's calls:
+    an agent may ask for several answers in one turn (``stream`` twice), and
+    their calls' keys must not repeat."""
+
+    def next_answer(self, turn_key: str) -> _TurnState:
+        """A new answer's state: its calls numbered after this one's when both
+        belong to the same turn, from 0 in a new turn."""
+        if turn_key != self.turn_key:
+            return _TurnState(turn_key=turn_key)
+        return _TurnState(turn_key=turn_key, first_call_index=self.first_call_index + self.calls())
+
+    def calls(self) -> int:
+        """How many tool calls this answer asked for."""
+        return sum(len(m.tool_calls) for m in self.transcript if m.role == "assistant")
 
     def model_messages(self) -> list[ModelMessage]:
         messages = [message.message() for message in self.transcript]
