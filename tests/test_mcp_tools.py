@@ -49,6 +49,7 @@ from tether.domain.chat_message import (
 from tether.domain.chat_request import ChatRequest
 from tether.domain.turn_context import TurnContext
 from tether.mcp_tools import MCPTools, MCPToolsFactory
+from tether.tools import ToolCallContext, running_tool_call
 
 KEY = generate_encryption_key()
 CALLBACK = "http://tether.test/mcp/oauth/callback"
@@ -191,7 +192,9 @@ async def test_an_unreachable_server_is_reported_and_the_others_still_serve(
     static = {"name": "svc", "url": mcp.url, "auth": {"type": "header", "value": "Bearer svc-key"}}
     tools = _tools([down, static], runtime)
     offered = await tools.tools()
-    assert sorted(tool.name for tool in offered) == ["svc__boom", "svc__whoami"]
+    assert sorted(tool.name for tool in offered) == [
+        f"svc__{name}" for name in ("boom", "look", "put", "send", "whoami")
+    ]
     [notice] = tools.notices
     assert (notice.server, notice.kind) == ("down", "unavailable")
     assert "could not be reached" in notice.reason
@@ -686,3 +689,34 @@ async def test_the_offline_model_calls_the_mcp_tool_its_setup_names(mcp: WhoamiS
     assert not [p for p in answers[-1].content_parts or [] if p.tool is not None]
     with pytest.raises(ValueError, match="call_tool"):
         OfflineChatModel.from_options({"call_tool": {"arguments": {}}})
+
+
+async def test_the_servers_hints_set_what_a_resume_does_and_calls_carry_the_idempotency_key(
+    mcp: WhoamiServer,
+) -> None:
+    """A tool the server marks read-only or idempotent runs again when a
+    resume cannot tell whether its call happened; any other does not
+    (``on_unknown``). Each call carries the call's idempotency key and
+    attempt in its ``_meta``, so the server can refuse a repeat too. Before,
+    the hints were read under the SDK's old attribute names, which it no
+    longer has: listing a server's tools with hints failed."""
+    static = {"name": "svc", "url": mcp.url, "auth": {"type": "header", "value": "Bearer svc-key"}}
+    tools = _tools([{**static, "tool_prefix": "", "tools": ["look", "put", "send"]}], None)
+    by_name = {tool.name: tool for tool in await tools.tools()}
+    assert {name: tool.on_unknown for name, tool in by_name.items()} == {
+        "look": "retry",
+        "put": "retry",
+        "send": "fail",
+    }
+    mcp.metas.clear()
+    context = ToolCallContext(
+        idempotency_key="turn-1:3", call_index=3, attempt=2, tool_call_id="call-9"
+    )
+    with running_tool_call(context):
+        assert await by_name["send"].invoke({}) == "send done"
+    assert await by_name["look"].invoke({}) == "look done"  # outside any call: no key
+    [(sent, meta), (looked, bare)] = mcp.metas
+    assert sent == "send" and looked == "look"
+    assert meta.get("tether/idempotency_key") == "turn-1:3"
+    assert meta.get("tether/attempt") == 2
+    assert "tether/idempotency_key" not in bare

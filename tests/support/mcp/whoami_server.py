@@ -4,18 +4,23 @@ It is a resource server in front of ``AuthorizationServer``: bearer tokens are
 checked against the grants that server issued (expiry, scope, and that they
 were issued for this very resource), a request without one gets the SDK's 401
 with an RFC 9728 ``resource_metadata`` challenge, and the SDK serves the
-protected resource metadata. A second tool, ``boom``, always fails.
+protected resource metadata. A second tool, ``boom``, always fails. Three
+more say what they may do twice (``look`` only reads, ``put`` is
+idempotent, ``send`` is destructive) and record the ``_meta`` of each call.
 ``static_tokens`` maps fixed tokens (for the static-header configuration) to
 the subject they stand for.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 from tests.support.mcp.authorization_server import SCOPE, AuthorizationServer
 from tests.support.mcp.threaded import ThreadedServer
@@ -57,6 +62,8 @@ class WhoamiServer:
         self.authorization_server = authorization_server
         self.static_tokens = static_tokens or {}
         self.calls: list[str | None] = []
+        self.metas: list[tuple[str, dict[str, Any]]] = []
+        """(tool, the call's ``_meta``) of every call of look, put and send."""
         self._server = ThreadedServer()
 
     @property
@@ -88,6 +95,27 @@ class WhoamiServer:
         async def boom() -> str:
             """Always fails."""
             raise ToolError("boom went the tool")
+
+        def record(tool: str, ctx: Context) -> str:
+            meta = ctx.request_context.meta
+            fields = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta or {})
+            self.metas.append((tool, fields))
+            return f"{tool} done"
+
+        @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+        async def look(ctx: Context) -> str:
+            """Only reads."""
+            return record("look", ctx)
+
+        @server.tool(annotations=ToolAnnotations(idempotent_hint=True))
+        async def put(ctx: Context) -> str:
+            """Writes; twice is as once."""
+            return record("put", ctx)
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=True))
+        async def send(ctx: Context) -> str:
+            """Writes; twice is twice."""
+            return record("send", ctx)
 
         app = server.streamable_http_app(stateless_http=True, json_response=True)
         # The SDK's app runs its session manager in its lifespan.

@@ -40,7 +40,7 @@ from tether.adapters.mcp.session import (
 from tether.adapters.mcp.store import MCPOAuthRefreshUnavailableError
 from tether.domain.chat_message import ChatMessage, ContentPart, ContentPartType
 from tether.domain.store_errors import StoreError
-from tether.tools import Tool, ToolArgumentsError
+from tether.tools import Tool, ToolArgumentsError, ToolCallContext, current_tool_call
 
 logger = logging.getLogger(__name__)
 
@@ -113,8 +113,12 @@ class MCPTool(Tool):
         if not isinstance(arguments, Mapping):
             raise ToolArgumentsError(f"tool {self.name!r} takes an object of named arguments")
 
+        meta = _call_meta(current_tool_call())
+
         async def call(client: Client) -> Any:
-            return result_value(await client.call_tool(self.remote_name, dict(arguments)))
+            return result_value(
+                await client.call_tool(self.remote_name, dict(arguments), meta=meta)
+            )
 
         try:
             return await self._session.run(call)
@@ -249,8 +253,21 @@ def _model_name(name: str) -> str:
     return _UNSAFE.sub("_", name)[:64]
 
 
+IDEMPOTENCY_KEY_META = "tether/idempotency_key"
+ATTEMPT_META = "tether/attempt"
+
+
+def _call_meta(call: ToolCallContext | None) -> Any:
+    """The ``_meta`` of a tool call: the model/tool loop's idempotency key and
+    attempt (``tether.tools``), for a server that deduplicates on them. Keys
+    with a prefix of ours, as MCP asks of keys it does not define."""
+    if call is None:
+        return None
+    return {IDEMPOTENCY_KEY_META: call.idempotency_key, ATTEMPT_META: call.attempt}
+
+
 def _safe_to_repeat(tool: Any) -> bool:
     """Whether the MCP server says calling ``tool`` twice is harmless: it only
     reads, or it is idempotent (its hints; absent hints say neither)."""
     hints = getattr(tool, "annotations", None)
-    return bool(hints is not None and (hints.readOnlyHint or hints.idempotentHint))
+    return bool(hints is not None and (hints.read_only_hint or hints.idempotent_hint))
