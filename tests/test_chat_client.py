@@ -764,7 +764,9 @@ async def test_two_answers_of_one_turn_number_their_calls_on_across_both() -> No
 
     resumed = ChatClient(_model(), turn_id="turn-1")
     await resumed.load(states[0], resuming_turn=True)
-    await _run(resumed, _conversation("And 7 * 6?"), [_calculator_logging(runs, on_unknown="retry")])
+    await _run(
+        resumed, _conversation("And 7 * 6?"), [_calculator_logging(runs, on_unknown="retry")]
+    )
     await _run(resumed, _conversation("And 6 * 6?"), [_calculator_logging(runs)])
     assert runs == ["turn-1:0#1", "turn-1:1#1", "turn-1:1#2", "turn-1:2#1"]
 

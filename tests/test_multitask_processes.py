@@ -23,12 +23,39 @@ from tether.crashtest.cluster import Cluster
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(90)]
 
 
+STORES = [
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres+redis", marks=[pytest.mark.postgres, pytest.mark.redis]),
+]
+"""The store set-ups the tests run on: SQLite; PostgreSQL; the stream stores
+on Redis beside PostgreSQL."""
+
+
+def _cluster(
+    places: contextlib.ExitStack, stores: str, tmp_path: Path, project: Path, size: int
+) -> Cluster:
+    """Replicas of ``project`` on the store set-up ``stores`` (see ``STORES``)."""
+    if stores == "sqlite":
+        store, stream_store = f"sqlite:///{tmp_path}/tether.db", None
+    else:
+        store = places.enter_context(postgres_database())
+        stream_store = places.enter_context(redis_prefix()) if "redis" in stores else None
+    return Cluster(project, store, size=size, workdir=tmp_path, stream_store_url=stream_store)
+
+
+@pytest.mark.parametrize("stores", STORES)
 @pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
 async def test_a_new_message_through_another_replica_displaces_the_running_turn(
-    tmp_path: Path, strategy: str
+    tmp_path: Path, strategy: str, stores: str
 ) -> None:
     project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=400)
-    cluster = Cluster(project, f"sqlite:///{tmp_path}/tether.db", size=2, workdir=tmp_path)
+    with contextlib.ExitStack() as places:
+        cluster = _cluster(places, stores, tmp_path, project, 2)
+        await _displaced_through_another_replica(cluster, strategy)
+
+
+async def _displaced_through_another_replica(cluster: Cluster, strategy: str) -> None:
     async with cluster, TetherAPI.client() as http:
         api = TetherAPI(http, "plain")
         a, b = cluster.replicas
@@ -126,14 +153,7 @@ async def _status(http: httpx2.AsyncClient, url: str, session: str) -> dict[str,
     return dict(response.json())
 
 
-@pytest.mark.parametrize(
-    "stores",
-    [
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("postgres+redis", marks=[pytest.mark.postgres, pytest.mark.redis]),
-    ],
-)
+@pytest.mark.parametrize("stores", STORES)
 async def test_enqueued_messages_from_two_replicas_run_in_order_through_a_killed_producer(
     tmp_path: Path, stores: str
 ) -> None:
@@ -143,12 +163,7 @@ async def test_enqueued_messages_from_two_replicas_run_in_order_through_a_killed
     SQLite, on PostgreSQL, and with the stream stores on Redis beside it."""
     project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=120)
     with contextlib.ExitStack() as places:
-        if stores == "sqlite":
-            store, stream_store = f"sqlite:///{tmp_path}/tether.db", None
-        else:
-            store = places.enter_context(postgres_database())
-            stream_store = places.enter_context(redis_prefix()) if "redis" in stores else None
-        cluster = Cluster(project, store, size=3, workdir=tmp_path, stream_store_url=stream_store)
+        cluster = _cluster(places, stores, tmp_path, project, 3)
         await _enqueued_turns_drain_through_a_kill(cluster)
 
 
@@ -215,3 +230,56 @@ async def _enqueued_turns_drain_through_a_kill(cluster: Cluster) -> None:
             assert await reader.ended(30)
             last = reader.messages[-1].message
             assert last is not None and last["content"] == transcript[3]["content"]
+
+
+@pytest.mark.parametrize("stores", STORES)
+async def test_chat_response_with_enqueue_answers_once_its_queued_turn_has_run(
+    tmp_path: Path, stores: str
+) -> None:
+    """``POST /chat/response`` with ``enqueue`` on a busy conversation waits and
+    answers 201 with its queued turn's answer, also when that turn runs on
+    another replica and a turn queued behind it takes the conversation at its
+    end (its row then names the next turn: before, the answer was a 410)."""
+    project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=60)
+    with contextlib.ExitStack() as places:
+        cluster = _cluster(places, stores, tmp_path, project, 2)
+        async with cluster, TetherAPI.client() as http:
+            api = TetherAPI(http, "plain")
+            a, b = cluster.replicas
+            session = f"s-{uuid.uuid4().hex[:10]}"
+            first = api.start_turn(a.url, a.name, "Tell me about rivers.", session)
+            assert await first.wait_for(lambda r: len(r.messages) >= 5, 30)
+            answering = asyncio.ensure_future(
+                http.post(
+                    f"{b.url}/chat/response",
+                    params={"tenant": TENANT},
+                    json=_turn_body("Two?", session, "enqueue"),
+                    timeout=60,
+                )
+            )
+            async with asyncio.timeout(30):
+                while not (await _status(http, a.url, session))["queue"]:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)  # polling the queue, ordering nothing
+            three = await _enqueue(http, a.url, "Three?", session)
+            assert three["position"] == 2
+
+            response = await answering
+            assert response.status_code == 201, response.text
+            two = response.headers["x-tether-message-id"]
+            async with asyncio.timeout(60):
+                while True:
+                    status = await _status(http, b.url, session)
+                    if status["message_id"] == three["message_id"] and status["status"] == "done":
+                        break
+                    await asyncio.sleep(0.2)  # polling the outcome, not ordering anything
+            transcript = await api.transcript(b.url, session)
+            assert transcript is not None
+            assert [(m["sender"], m["message_id"]) for m in transcript] == [
+                ("user", f"{first.message_id}-user"),
+                ("bot", first.message_id),
+                ("user", f"{two}-user"),
+                ("bot", two),
+                ("user", f"{three['message_id']}-user"),
+                ("bot", three["message_id"]),
+            ]
+            assert response.json()["content"] == transcript[3]["content"] != ""

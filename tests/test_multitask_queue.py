@@ -400,3 +400,27 @@ async def test_a_queued_turn_cancelled_while_the_turn_before_hands_it_over_is_sk
         ("user", "Three?"),
         ("bot", "Answer three."),
     ]
+
+
+async def test_a_gone_turns_recorded_answer_says_how_it_ended(cluster: ScriptedCluster) -> None:
+    """What ``POST /chat/response`` with ``enqueue`` answers once the turn's row
+    names another: its answer from the transcript, ``done``; or ``errored``
+    with its code when the answer carries a ``turn_error`` (the reaper ended it),
+    never a failed turn's partial answer as if it had succeeded."""
+    a, b = cluster.replica(), cluster.replica()
+    done = await cluster.start(a, "s1", "One?")
+    _answer(cluster, done.message_id, "Answer one.")
+    assert await cluster.ended(done) == "done"
+    recorded = await b.recorded_answer("t", "u", "s1", done.message_id)
+    assert recorded is not None
+    assert (recorded[0].content, recorded[1]) == ("Answer one.", StreamEnd("done"))
+
+    reaped = await cluster.start(a, "s1", "Two?")
+    await cluster.scripts.of(reaped.message_id).started.wait()
+    await a.shutdown()
+    cluster.kill_by_silence()
+    assert await b.end_dead_turn(KEY, reaped.message_id, "PRODUCER_LOST", "its replica died")
+    recorded = await b.recorded_answer("t", "u", "s1", reaped.message_id)
+    assert recorded is not None
+    assert recorded[1] == StreamEnd("errored", "PRODUCER_LOST", "its replica died")
+    assert await b.recorded_answer("t", "u", "s1", "never-ran") is None

@@ -347,6 +347,34 @@ class ChatHandler:
             return key
         return ConversationKey(tenant, summary.owner_uuid, session_id)
 
+    async def recorded_answer(
+        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
+    ) -> tuple[ChatMessage, StreamEnd] | None:
+        """Turn ``message_id``'s answer as the transcript holds it, and how it
+        ended: ``errored`` with its code when the answer carries a
+        ``turn_error`` part, else ``done`` (None: the transcript has no answer
+        of it). What a reader takes once the turn's stream is gone."""
+        store = self.stores.conversation
+        if store is None:
+            return None
+        key = await self._reader_key(tenant, normalize_owner(requester_uuid), session_id)
+        transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
+        answer = next(
+            (
+                m
+                for m in transcript
+                if m.message_id == message_id and m.sender is ChatMessageSender.BOT
+            ),
+            None,
+        )
+        if answer is None:
+            return None
+        for part in answer.content_parts or []:
+            error = (part.context or {}).get("turn_error")
+            if isinstance(error, dict):
+                return answer, StreamEnd("errored", error.get("code"), error.get("message"))
+        return answer, StreamEnd("done")
+
     async def _check_writer(self, tenant: str, requester_uuid: str, session_id: str) -> None:
         """Writes (a turn, a resume, a cancel) are the owner's alone, shared or not.
 
