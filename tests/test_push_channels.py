@@ -258,3 +258,27 @@ async def test_wait_for_change_still_wakes_on_a_change(
         assert await _heard(probe) == RECORDING
         async with asyncio.timeout(_PROMPTLY):
             assert await waiting is True
+
+
+async def test_a_hand_off_announcement_wakes_every_takeover_loop_and_no_conversation(
+    replicas: tuple[Replica, Replica], conversation: tuple[str, str, str]
+) -> None:
+    """``announce_dead_turns`` (a drain's hand-off) reaches another replica's
+    ``subscribe_dead_turns``, whose takeover loop then scans at once; it is no
+    conversation's change, and no conversation's change is heard as it."""
+    follower, producer = replicas
+    await follower.recording.listen()
+    async with (
+        follower.supervision.subscribe_dead_turns() as dead_turns,
+        follower.recording.subscribe(*conversation) as changes,
+    ):
+        assert await producer.supervision.compare_and_swap(*conversation, None, _row(1))
+        await producer.recording.put(*conversation, _event(0))
+        heard: set[StreamChange] = set()
+        while StreamChange.RECORDING not in heard:
+            heard |= await _heard(changes)
+        await producer.supervision.announce_dead_turns()
+        # Announcements arrive in the order they were sent: had the loop's
+        # subscription heard the conversation's writes, it would hold them now.
+        assert await _heard(dead_turns) == SUPERVISION
+        assert await changes.wait(0) == NOTHING

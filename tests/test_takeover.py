@@ -161,6 +161,29 @@ async def test_a_drained_turn_is_taken_over_at_once_as_a_hand_off() -> None:
         await cluster.aclose()
 
 
+async def test_a_hand_off_wakes_the_other_replicas_takeover_loops_at_once() -> None:
+    """A drain announces its hand-offs (``announce_dead_turns``, pushed where
+    the store has a channel): a replica whose loop scans only once an hour
+    takes the turn over at once. Unannounced, it would wait out the hour."""
+    cluster = ScriptedCluster(takeover_scan_interval=3600.0, drain_grace=0.0)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        await b.start()
+        assert b.takeovers.running
+        turn = await cluster.start(a, "s1")
+        first = await _started(cluster, turn.message_id, 0)
+        first.say("To the sea")
+        await first.spoken()
+        await a.drain()
+        second = await _started(cluster, turn.message_id, 1)
+        assert _producing(b, turn.message_id).lease is not None
+        second.say("To the sea, and back.")
+        second.finish()
+        assert await cluster.ended(_producing(b, turn.message_id)) == "done"
+    finally:
+        await cluster.aclose()
+
+
 async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(
     cluster: ScriptedCluster,
 ) -> None:

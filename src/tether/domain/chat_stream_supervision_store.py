@@ -12,6 +12,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, field_validator
 
+from tether.domain.chat_stream_recording_store import ChangeSubscription
+
 DEAD_AFTER = timedelta(seconds=3)
 """A RUNNING row whose heartbeat is older than this belongs to a dead producer."""
 
@@ -233,6 +235,30 @@ class ChatStreamSupervisionStore(ABC):
         the client-driven resume, and says so at start-up.
         """
         raise NotImplementedError
+
+    async def announce_dead_turns(self) -> None:
+        """Tell every replica's takeover loop that a turn reads dead now, so it
+        looks at once instead of at its next scan: a replica says so after it
+        hands a turn off (a drain), whose row it wrote dead on purpose. A
+        killed replica writes nothing; its turns are found by the scan.
+
+        Optional, and best effort: an announcement lost is a turn found at the
+        next scan (``TETHER_TAKEOVER_SCAN_INTERVAL``). Backends with a push
+        channel (PostgreSQL NOTIFY, Redis pub/sub) send it there; the default
+        does nothing.
+        """
+        return None  # no channel: the scans find it
+
+    def subscribe_dead_turns(self) -> ChangeSubscription:
+        """Hear ``announce_dead_turns`` of every replica from now on (use it as
+        ``async with``): the takeover loop waits on it between scans.
+
+        Optional. The default announces nothing, so every ``wait`` sleeps out
+        its ``max_wait`` and the loop scans at its interval. An announcement
+        is heard as some change (which one carries no meaning); a spurious
+        one (the channel reconnected) only costs a scan.
+        """
+        return ChangeSubscription()
 
     def for_another_loop(self) -> ChatStreamSupervisionStore:
         """A store of the same backend and place with connections of its own,

@@ -4,7 +4,9 @@ A stateful turn outlives its producer only if someone resumes it. A client
 that comes back does (``POST /chat/stream?resume=true``); this module makes
 the replicas do it by themselves, within a second of the turn reading dead:
 
-- Every ``TETHER_TAKEOVER_SCAN_INTERVAL`` (0.25 s) each replica asks the supervision
+- Every ``TETHER_TAKEOVER_SCAN_INTERVAL`` (0.25 s), and at once when another
+  replica announces a hand-off (``announce_dead_turns``: a drain, over
+  PostgreSQL NOTIFY or Redis pub/sub), each replica asks the supervision
   store for RUNNING rows whose heartbeat is older than the dead threshold
   (``list_stale_running``: an index, a sorted set, one directory; the cost
   does not grow with the live turns of other replicas). Where the replicas
@@ -143,15 +145,21 @@ class AutomaticTakeover:
         await background.stop(self._task)
 
     async def _run(self) -> None:
-        while not self._handler.draining:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.scan()
-            except NotImplementedError:
-                logger.warning(_CANNOT_LIST, type(self._handler.stores.supervision).__name__)
-                return
-            except Exception:
-                logger.warning("looking for dead turns failed; retrying", exc_info=True)
+        store = self._handler.stores.supervision
+        assert store is not None
+        # A hand-off (a drain) is announced where the store has a channel:
+        # scan at once then, and at the interval otherwise (a kill announces
+        # nothing; without a channel the wait sleeps out the interval).
+        async with store.subscribe_dead_turns() as handed_off:
+            while not self._handler.draining:
+                await handed_off.wait(self._interval)
+                try:
+                    await self.scan()
+                except NotImplementedError:
+                    logger.warning(_CANNOT_LIST, type(store).__name__)
+                    return
+                except Exception:
+                    logger.warning("looking for dead turns failed; retrying", exc_info=True)
 
     async def scan(self) -> int:
         """One pass: take over or end every dead turn found; how many this

@@ -13,6 +13,7 @@ refused instead of bringing a finished or handed-off turn back to life.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,11 +25,13 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervisionStore,
 )
 
+logger = logging.getLogger(__name__)
+
 Clock = Callable[[], datetime]
 RaiseFences = Callable[[int], Awaitable[None]]
+"""Fence every other store of the conversation at an epoch (see ``fences``)."""
 Producer = Callable[[], "str | None"]
 """This replica's presence id now (``ReplicaPresence.producer``), or None."""
-"""Fence every other store of the conversation at an epoch (see ``fences``)."""
 
 
 _LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
@@ -157,6 +160,12 @@ class Lease:
         self.lost = True
         if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO, bump=True):
             raise FencedError(self.message_id)
+        # Other replicas' takeover loops look now, not at their next scan
+        # (best effort: a lost announcement is a turn found by that scan).
+        try:
+            await self.store.announce_dead_turns()
+        except Exception:
+            logger.debug("announcing a hand-off failed", exc_info=True)
 
     async def pass_on(self, message_id: str) -> None:
         """End the turn by handing the conversation to the next queued turn,

@@ -23,6 +23,11 @@ def row_key(*ids: str) -> bytes:
     return digest.digest()
 
 
+DEAD_TURNS_KEY = b"dead turns"
+"""The key ``announce_dead_turns`` notifies under: not 32 bytes long, so no
+row's key (see :func:`row_key`)."""
+
+
 def check_ids(*ids: str) -> None:
     """Refuse, before any I/O, ids a PostgreSQL ``text`` column cannot hold.
 

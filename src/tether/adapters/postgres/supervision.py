@@ -12,9 +12,15 @@ from psycopg.rows import DictRow
 from pydantic import ValidationError
 
 from tether.adapters.postgres import queries
-from tether.adapters.postgres._keys import check_ids, session_key, written_per_item
+from tether.adapters.postgres._keys import (
+    DEAD_TURNS_KEY,
+    check_ids,
+    session_key,
+    written_per_item,
+)
 from tether.adapters.postgres._store import PostgresStore
 from tether.adapters.postgres.presence import PostgresPresenceLock
+from tether.domain.chat_stream_recording_store import ChangeSubscription
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
@@ -66,6 +72,16 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
     def for_another_loop(self) -> PostgresChatStreamSupervisionStore:
         """This store on a database of one connection of its own (see the base class)."""
         return type(self)(self._database.with_one_connection())
+
+    async def announce_dead_turns(self) -> None:
+        """A NOTIFY that wakes every replica's takeover loop (see the base class)."""
+        payload = f"{DEAD_TURNS_KEY.hex()}:{queries.SUPERVISION_CHANGE}"
+        await self._database.execute(queries.PUBLISH, {"payloads": [payload]})
+
+    def subscribe_dead_turns(self) -> ChangeSubscription:
+        """Hear ``announce_dead_turns`` on the database's shared LISTEN connection
+        (starting it if needed; while it is down, ``wait`` sleeps: the loop scans)."""
+        return self._database.subscribe(DEAD_TURNS_KEY)
 
     def presence_lock(self) -> PresenceLock:
         """A session-level advisory lock per replica, on a connection of its own

@@ -46,6 +46,11 @@ from urllib.parse import quote, unquote
 DEFAULT_PREFIX = "tether:"
 
 
+DEAD_TURNS = "dead turns"
+"""The change channel's pseudo-conversation of ``announce_dead_turns``: it has
+no ``:``, so it is no conversation (see ``KeyLayout.conversation``)."""
+
+
 def encode_part(value: str) -> str:
     """``value`` percent-encoded: injective, and free of ``:``.
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
 
 from tether.adapters.redis._changes import announcement
-from tether.adapters.redis._keys import encode_part
+from tether.adapters.redis._keys import DEAD_TURNS, encode_part
 from tether.adapters.redis._store import RedisStore, corrupt, parse_row
 from tether.adapters.redis.presence import RedisPresenceLock
-from tether.domain.chat_stream_recording_store import StreamChange
+from tether.domain.chat_stream_recording_store import ChangeSubscription, StreamChange
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
@@ -65,6 +65,19 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
     def presence_lock(self) -> PresenceLock:
         """A named client connection per replica (``tether.adapters.redis.presence``)."""
         return RedisPresenceLock(self._connection)
+
+    async def announce_dead_turns(self) -> None:
+        """A PUBLISH that wakes every replica's takeover loop (see the base class)."""
+        layout, client = self._connection.keys, self._connection.client
+        message = announcement(DEAD_TURNS, StreamChange.SUPERVISION)
+        await self._connection.call(
+            "announce dead turns", lambda: client.publish(layout.channel, message)
+        )
+
+    def subscribe_dead_turns(self) -> ChangeSubscription:
+        """Hear ``announce_dead_turns`` on the connection's shared change feed
+        (starting it if needed; while it is down, ``wait`` sleeps: the loop scans)."""
+        return self._connection.subscribe(DEAD_TURNS)
 
     def for_another_loop(self) -> RedisChatStreamSupervisionStore:
         """This store over a client of its own (see the base class)."""

@@ -28,6 +28,10 @@ from tether.domain.stream_delta import StreamDelta
 
 _Key = tuple[str, str, str]
 
+_DEAD_TURNS: _Key = ("", "", "\0dead turns")
+"""The channel's key for ``announce_dead_turns`` (no conversation has a NUL
+in its session id)."""
+
 
 def _key(tenant: str, requester_uuid: str | None, session_id: str) -> _Key:
     return (tenant, requester_uuid or "", session_id)
@@ -160,6 +164,17 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
             if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
                 del self._rows[key]
                 self._unindex(key, message_id)
+
+    async def announce_dead_turns(self) -> None:
+        """Wake every takeover loop subscribed on this store's channel."""
+        if self._channel is not None:
+            self._channel.announce(_DEAD_TURNS, StreamChange.SUPERVISION)
+
+    def subscribe_dead_turns(self) -> ChangeSubscription:
+        """Hear ``announce_dead_turns`` (without a channel: nothing, as the default)."""
+        if self._channel is None:
+            return ChangeSubscription()
+        return self._channel.subscribe(_DEAD_TURNS)
 
 
 class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
