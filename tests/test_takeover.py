@@ -143,6 +143,44 @@ async def test_the_takeover_metrics_say_the_cause_and_the_time_to_new_content(
     assert await _seconds_to_new_content(cluster, b, turn, "automatic") == pytest.approx(0.75)
 
 
+async def test_a_taker_records_its_first_new_content_at_once_not_a_repeat_of_what_was_shown(
+    cluster: ScriptedCluster,
+) -> None:
+    """A taker's agent may first say again what clients were shown (it goes on
+    from a checkpoint taken at that point): that is no new content. The first
+    message past it is recorded at once, for followers on other replicas, and
+    ends the measured outage. Before, the repeat was recorded and measured, and
+    the new text waited for the next periodic flush."""
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    first.checkpoint()
+    await first.spoken()
+    assert a.flusher is not None
+    await a.flusher.flush()  # what clients were shown: "To the sea"
+    await _dies(cluster, a)  # dead for 1 s
+
+    assert await b.takeovers.scan() == 1
+    second = await _started(cluster, turn.message_id, 1)
+    second.say("")  # "To the sea" again
+    await second.spoken()
+    cluster.clock.advance(0.5)
+    second.say(", always.")
+    await second.spoken(2)
+    value = b.metrics.registry.get_sample_value
+    labels = {"cause": "automatic"}
+    assert value("tether_takeover_first_content_seconds_count", labels) == 1
+    assert value("tether_takeover_first_content_seconds_sum", labels) == pytest.approx(1.5)
+    assert cluster.stores.recording is not None
+    async with asyncio.timeout(10):
+        while True:  # the first flush is the turn's own task; nothing else writes
+            record = await cluster.stores.recording.read("t", "u", "s1")
+            if record is not None and record.message.content == "To the sea, always.":
+                break
+            await asyncio.sleep(0)
+
+
 async def test_a_drained_turn_is_taken_over_at_once_as_a_hand_off() -> None:
     cluster = ScriptedCluster(takeover_scan_interval=0.01, drain_grace=0.0)
     try:

@@ -393,7 +393,12 @@ class Turn:
             # another replica may own the turn now. Stop before showing anything.
             raise FencedError(self.message_id)
         if self._holding_back is not None:
-            if is_regression(self._holding_back, message):
+            # Not past what clients were shown (an older state, or the same one
+            # again): no new content. Only what passes it is shown, recorded at
+            # once below, and ends the takeover's measured outage.
+            if is_regression(self._holding_back, message) or _shows_the_same(
+                self._holding_back, message
+            ):
                 return
             self._holding_back = None
         if self.buffer.next_index - self.buffer.first_index >= self._settings.max_turn_events:
@@ -722,3 +727,8 @@ class Turn:
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")
+
+
+def _shows_the_same(shown: ChatMessage, new: ChatMessage) -> bool:
+    """Whether ``new`` shows a client exactly what ``shown`` did."""
+    return new.content == shown.content and (new.content_parts or []) == (shown.content_parts or [])
