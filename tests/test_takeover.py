@@ -29,6 +29,7 @@ from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError, TurnEndedError
 from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
+from tether.runtime.live_buffer import StreamEvent
 from tether.testing.interleavings import hold
 
 
@@ -179,6 +180,61 @@ async def test_a_taker_records_its_first_new_content_at_once_not_a_repeat_of_wha
             if record is not None and record.message.content == "To the sea, always.":
                 break
             await asyncio.sleep(0)
+
+
+async def test_a_follower_on_the_taker_reads_its_live_buffer_not_the_flushes() -> None:
+    """A second screen attached through a replica that then takes the turn over
+    gets the taker's messages as it produces them, as a client attached to
+    it from the start would, not at its recording flushes (here held back,
+    and no deltas), which cost it up to 0.5 s a message on SQLite and the
+    file store."""
+    cluster = ScriptedCluster(push=False, takeover_scan_interval=3600.0)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        await b.start()  # its followers wait for a takeover; the test scans itself
+        turn = await cluster.start(a, "s1")
+        first = await _started(cluster, turn.message_id, 0)
+        first.say("To the sea")
+        first.checkpoint()
+        await first.spoken()
+        events, live = await b.attach("t", "u", "s1", turn.message_id, 0)
+        assert not live  # followed from the stores: a produces it
+        seen = {
+            "To the sea, always": asyncio.Event(),
+            "To the sea, always, and back.": asyncio.Event(),
+        }
+
+        async def read() -> None:
+            async for item in events:
+                if isinstance(item, StreamEvent) and item.message.content in seen:
+                    seen[item.message.content].set()
+
+        reading = asyncio.ensure_future(read())
+        assert cluster.stores.recording is not None
+        # Neither a put of the taker's second message nor any delta reaches a
+        # follower (the store's in-memory channel would carry deltas).
+        unrecorded = hold(
+            cluster.stores.recording,
+            "put_many",
+            when=lambda puts: any("and back" in p.event.message.content for p in puts),
+        )
+        no_deltas = hold(cluster.stores.recording, "publish_deltas", times=1_000_000)
+        await _dies(cluster, a)
+        assert await b.takeovers.scan() == 1
+        second = await _started(cluster, turn.message_id, 1)
+        second.say(", always")  # its first new content: recorded at once anyway
+        async with asyncio.timeout(10):
+            await seen["To the sea, always"].wait()
+        second.say(", and back.")
+        async with asyncio.timeout(10):
+            await seen["To the sea, always, and back."].wait()
+        unrecorded.release()
+        no_deltas.release()
+        second.finish()
+        async with asyncio.timeout(10):
+            await reading
+    finally:
+        await cluster.aclose()
 
 
 async def test_a_drained_turn_is_taken_over_at_once_as_a_hand_off() -> None:

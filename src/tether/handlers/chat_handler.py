@@ -644,6 +644,16 @@ class ChatHandler:
 
                 return self.queue.follow_when_started(key, message_id, later, start_index), False
             raise TurnEndedError(f"turn {message_id} is finished and cleaned up, or never existed")
+
+        def live_here(epoch: int, start: int) -> AsyncIterator[StreamEvent | StreamEnd] | None:
+            turn = self._turns.get(message_id)
+            lease = turn.lease if turn is not None else None
+            if turn is None or turn.key != key or lease is None or lease.lost:
+                return None
+            if lease.epoch != epoch:
+                return None
+            return self.metrics.lagged(turn.buffer.follow(start))
+
         follower = RecordingFollower(
             recording,
             supervision,
@@ -657,6 +667,7 @@ class ChatHandler:
                 else self.settings.follower_poll_interval
             ),
             await_takeover=self.settings.dead_after if self.takeovers.running else 0.0,
+            live_here=live_here,
         )
         return follower.follow(start_index), False
 

@@ -10,7 +10,10 @@ the producer's message at that index, whichever replica a client reads it
 from. On a gap (a delta lost or too large, a follower that joined late) it
 reads the snapshot and goes on from there; a delta of an older epoch (a fenced
 producer) is ignored, one of a newer epoch makes it read the supervision row
-first. It ends when the supervision row gives a verdict.
+first. It ends when the supervision row gives a verdict. Once the replica
+it runs on produces the turn itself (it took it over), it reads the live
+buffer there, at the producer's own pace, as a client attached to that
+replica from the start would.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 Clock = Callable[[], datetime]
+LiveHere = Callable[[int, int], "AsyncIterator[StreamEvent | StreamEnd] | None"]
+"""The turn's live stream from a start index, when this replica produces it
+at the given epoch (it took the turn over); None when it does not."""
 
 _FLOWING = 0.25
 """Seconds after its last delta that a follower still counts on deltas rather
@@ -69,6 +75,7 @@ class RecordingFollower:
         dead_after: timedelta,
         poll_interval: float,
         await_takeover: float = 0.0,
+        live_here: LiveHere | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._recording = recording
@@ -82,6 +89,10 @@ class RecordingFollower:
         # not the end: keep following this long for the new one.
         self._await_takeover = await_takeover
         self._dead_since: float | None = None
+        # Once this replica produces the turn (its takeover, a resume here),
+        # its live buffer is ahead of every flush: follow that instead.
+        self._live_here = live_here
+        self._left_live_epoch = -1
         self._monotonic = monotonic
         # The producer's newest message this follower knows (from a snapshot or
         # a delta), shown or held back, and the epoch that produced it.
@@ -157,6 +168,23 @@ class RecordingFollower:
                     return
                 assert row is not None
                 self._owner_epoch = row.epoch
+                live = self._live(row.epoch)
+                if live is not None:
+                    end = None
+                    async for item in live:
+                        if isinstance(item, StreamEnd):
+                            end = item
+                        else:
+                            for event in self._learn(item.index, item.message, row.epoch):
+                                yield event
+                    if end is not None and end.reason not in ("dead", "gone"):
+                        yield end
+                        return
+                    # This replica gave the turn up (a drain, a takeover
+                    # elsewhere): follow its new producer through the stores.
+                    self._left_live_epoch = row.epoch
+                    read_recording = read_row = True
+                    continue
             for event in self._apply_pending(changes):
                 yield event
             if not read_row and any(d.epoch > self._owner_epoch for d in self._ahead):
@@ -176,6 +204,13 @@ class RecordingFollower:
             # only let the client skip indexes the deltas are about to bring.
             read_recording = StreamChange.RECORDING in heard and not self._flowing()
             read_row = StreamChange.SUPERVISION in heard
+
+    def _live(self, epoch: int) -> AsyncIterator[StreamEvent | StreamEnd] | None:
+        """The turn's live stream past what the client has, if this replica
+        produces it at ``epoch`` (and did not give it up at that epoch)."""
+        if self._live_here is None or epoch == self._left_live_epoch:
+            return None
+        return self._live_here(epoch, self._sent_index + 1)
 
     def _flowing(self) -> bool:
         """Whether deltas keep this follower up to date (one applied lately, none
