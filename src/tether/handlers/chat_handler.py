@@ -646,11 +646,11 @@ class ChatHandler:
             raise TurnEndedError(f"turn {message_id} is finished and cleaned up, or never existed")
 
         def live_here(epoch: int, start: int) -> AsyncIterator[StreamEvent | StreamEnd] | None:
+            """The turn's live buffer, once this replica produces it at ``epoch``."""
             turn = self._turns.get(message_id)
-            lease = turn.lease if turn is not None else None
-            if turn is None or turn.key != key or lease is None or lease.lost:
+            if turn is None or turn.lease is None or turn.lease.lost:
                 return None
-            if lease.epoch != epoch:
+            if (turn.key, turn.lease.epoch) != (key, epoch):
                 return None
             return self.metrics.lagged(turn.buffer.follow(start))
 
