@@ -56,6 +56,19 @@ async def _started(cluster: ScriptedCluster, message_id: str, producer: int) -> 
     return script
 
 
+async def _checkpointed(
+    cluster: ScriptedCluster, replica: ChatHandler, question: str = "What is the question?"
+) -> Turn:
+    """A turn of ``s1`` on ``replica`` whose agent said "To the sea" and
+    checkpointed it."""
+    turn = await cluster.start(replica, "s1", question)
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    first.checkpoint()
+    await first.spoken()
+    return turn
+
+
 async def _a_dead_turn_and_two_survivors(
     cluster: ScriptedCluster,
 ) -> tuple[Turn, ChatHandler, ChatHandler]:
@@ -80,11 +93,7 @@ async def test_a_dead_turn_is_taken_over_and_finished_with_no_client(
     cluster: ScriptedCluster,
 ) -> None:
     a, b = cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1", "Where do rivers go?")
-    first = cluster.scripts.of(turn.message_id, 0)
-    first.say("To the sea")
-    first.checkpoint()
-    await first.spoken()
+    turn = await _checkpointed(cluster, a, "Where do rivers go?")
     await _dies(cluster, a)
 
     assert await b.takeovers.scan() == 1
@@ -133,11 +142,7 @@ async def test_the_takeover_metrics_say_the_cause_and_the_time_to_new_content(
     """From the dead verdict (the last heartbeat plus the threshold) to the
     taker's first new content, by the replicas' one clock."""
     a, b = cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1")
-    first = cluster.scripts.of(turn.message_id, 0)
-    first.say("To the sea")
-    first.checkpoint()
-    await first.spoken()
+    turn = await _checkpointed(cluster, a)
     await a.shutdown()
     cluster.clock.advance(cluster.settings.dead_after + 0.25)  # dead for 0.25 s
     assert await b.takeovers.scan() == 1
@@ -153,11 +158,7 @@ async def test_a_taker_records_its_first_new_content_at_once_not_a_repeat_of_wha
     ends the measured outage. Before, the repeat was recorded and measured, and
     the new text waited for the next periodic flush."""
     a, b = cluster.replica(), cluster.replica()
-    turn = await cluster.start(a, "s1")
-    first = cluster.scripts.of(turn.message_id, 0)
-    first.say("To the sea")
-    first.checkpoint()
-    await first.spoken()
+    turn = await _checkpointed(cluster, a)
     assert a.flusher is not None
     await a.flusher.flush()  # what clients were shown: "To the sea"
     await _dies(cluster, a)  # dead for 1 s
@@ -192,11 +193,7 @@ async def test_a_follower_on_the_taker_reads_its_live_buffer_not_the_flushes() -
     try:
         a, b = cluster.replica(), cluster.replica()
         await b.start()  # its followers wait for a takeover; the test scans itself
-        turn = await cluster.start(a, "s1")
-        first = await _started(cluster, turn.message_id, 0)
-        first.say("To the sea")
-        first.checkpoint()
-        await first.spoken()
+        turn = await _checkpointed(cluster, a)
         events, live = await b.attach("t", "u", "s1", turn.message_id, 0)
         assert not live  # followed from the stores: a produces it
         seen = {
