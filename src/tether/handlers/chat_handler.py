@@ -369,10 +369,9 @@ class ChatHandler:
         )
         if answer is None:
             return None
-        for part in answer.content_parts or []:
-            error = (part.context or {}).get("turn_error")
-            if isinstance(error, dict):
-                return answer, StreamEnd("errored", error.get("code"), error.get("message"))
+        error = _error_of(answer)
+        if error is not None:
+            return answer, StreamEnd("errored", *error)
         return answer, StreamEnd("done")
 
     async def _check_writer(self, tenant: str, requester_uuid: str, session_id: str) -> None:
@@ -1021,6 +1020,16 @@ def _with_error(
         type=ContentPartType.CONTEXT, context={"turn_error": {"code": code, "message": reason}}
     )
     return answer.model_copy(update={"content_parts": [*(answer.content_parts or []), part]})
+
+
+def _error_of(answer: ChatMessage) -> tuple[str | None, str | None] | None:
+    """The (code, message) of ``answer``'s ``turn_error`` part (see ``_with_error``),
+    if it has one."""
+    for part in answer.content_parts or []:
+        error = (part.context or {}).get("turn_error")
+        if isinstance(error, dict):
+            return error.get("code"), error.get("message")
+    return None
 
 
 _CUT_OFF_CALL: dict[LastTurnStatus, str] = {
