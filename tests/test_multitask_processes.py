@@ -240,7 +240,9 @@ async def test_chat_response_with_enqueue_answers_once_its_queued_turn_has_run(
     answers 201 with its queued turn's answer, also when that turn runs on
     another replica and a turn queued behind it takes the conversation at its
     end (its row then names the next turn: before, the answer was a 410)."""
-    project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=60)
+    # The first answer lasts 5 s: "Three?" must be queued while it still
+    # runs, behind "Two?", also with the other set-ups' replicas starting.
+    project = make_project(tmp_path / "project", chunks_per_second=40, answer_chunks=200)
     with contextlib.ExitStack() as places:
         cluster = _cluster(places, stores, tmp_path, project, 2)
         async with cluster, TetherAPI.client() as http:
