@@ -309,6 +309,22 @@ async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(
     await _ran(cluster, ticket.message_id)
 
 
+def _watch_start_passed_on(replica: ChatHandler) -> asyncio.Event:
+    """An event set once ``replica`` has done what it does after one of its
+    turns handed the conversation on (``TurnQueue.start_passed_on``)."""
+    done = asyncio.Event()
+    original = replica.queue.start_passed_on
+
+    async def watched(key: ConversationKey, message_id: str, epoch: int) -> None:
+        try:
+            await original(key, message_id, epoch)
+        finally:
+            done.set()
+
+    replica.queue.start_passed_on = watched  # type: ignore[method-assign]
+    return done
+
+
 def _dies_after_its_last_write(replica: ChatHandler) -> None:
     """``replica`` starts nothing after its turns' last writes, as when it is
     killed right after them."""
@@ -424,3 +440,50 @@ async def test_a_gone_turns_recorded_answer_says_how_it_ended(cluster: ScriptedC
     assert recorded is not None
     assert recorded[1] == StreamEnd("errored", "PRODUCER_LOST", "its replica died")
     assert await b.recorded_answer("t", "u", "s1", "never-ran") is None
+
+
+async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_replica_handing_it(
+    cluster: ScriptedCluster,
+) -> None:
+    """The replica whose turn handed the conversation to the next queued turn
+    loses the race to start it (another replica's takeover claims first) and
+    reads the queue after that turn has recorded its own user message. Its
+    "no longer waiting, so cancelled before it started" must not end the
+    row: the row is no longer the hand-off. Before, it wrote ``cancelled``
+    over the running turn, whose answer was then lost."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    three = await _enqueue(b, "Three?")
+    assert cluster.stores.supervision is not None and first.lease is not None
+    hand_off_epoch = first.lease.epoch + 1
+    claiming = hold(
+        cluster.stores.supervision,
+        "compare_and_swap",
+        when=lambda *args: args[4].message_id == two.message_id and args[3] == hand_off_epoch,
+    )
+    passed_on = _watch_start_passed_on(a)
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    await claiming.reached()  # a's claim of "Two?", in flight
+    assert await b.takeovers.scan() == 1
+    async with asyncio.timeout(10):
+        await cluster.scripts.of(two.message_id).started.wait()
+    claiming.release()  # a's claim lands late, and loses
+    async with asyncio.timeout(10):
+        await passed_on.wait()
+    row = await cluster.stores.supervision.read("t", "u", "s1")
+    assert row is not None and row.message_id == two.message_id
+    assert row.status is ChatStreamStatus.RUNNING and not b.reads_dead(row)
+    _answer(cluster, two.message_id, "Answer two.")
+    _answer(cluster, three.message_id, "Answer three.")
+    assert await _ran(cluster, two.message_id) is b.local_turn(two.message_id)
+    await _ran(cluster, three.message_id)
+    assert _shape(await cluster.transcript("s1")) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+        ("user", "Three?"),
+        ("bot", "Answer three."),
+    ]

@@ -543,9 +543,10 @@ class ChatHandler:
         self.metrics.turn_ended(turn.buffer.end, lease_lost=lost)
         self._in_background(self._clean_up_later(turn))
         end = turn.buffer.end
-        if turn.passed_to is not None:
+        if turn.passed_to is not None and turn.lease is not None:
             # It handed the conversation to the next queued turn: start that here now.
-            self._in_background(self.queue.start_passed_on(turn.key, turn.passed_to))
+            hand_off = self.queue.start_passed_on(turn.key, turn.passed_to, turn.lease.row_epoch)
+            self._in_background(hand_off)
         elif turn.lease is not None and not lost and end is not None and end.reason != "dead":
             # The conversation is free: its next queued turn starts now. (A
             # turn this replica lost or handed off is ended by another hand,

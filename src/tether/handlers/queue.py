@@ -306,12 +306,13 @@ class TurnQueue:
         waiting = await self.waiting(key)
         return waiting[0].message_id if waiting else None
 
-    async def start_passed_on(self, key: ConversationKey, message_id: str) -> None:
+    async def start_passed_on(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         """Start queued turn ``message_id``, to which the turn before handed
-        the conversation (``Lease.pass_on``). Another replica may have started
-        it first; if it no longer waits (cancelled between the hand-off's
-        read of the queue and its write), its row ends ``cancelled`` and the
-        next one starts; a draining replica leaves it to the others."""
+        the conversation (``Lease.pass_on``: its row at ``epoch``). Another
+        replica may have started it first; if it no longer waits (cancelled
+        between the hand-off's read of the queue and its write), its row ends
+        ``cancelled`` and the next one starts; a draining replica leaves it to
+        the others."""
         if await self.start_handed_off(key, message_id):
             return
         supervision = self._handler.stores.supervision
@@ -319,19 +320,23 @@ class TurnQueue:
         row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
         if (
             row is None
-            or row.message_id != message_id
+            or row.epoch != epoch
             or row.status is not ChatStreamStatus.RUNNING
             or await self.is_waiting(key, message_id)
         ):
-            return  # started elsewhere, or it waits for another replica's start
+            # Claimed since (by another replica, whose turn has then recorded
+            # its own user message, so it no longer "waits"), or it waits for
+            # another replica's start: not a cancelled hand-off to end.
+            return
         ended = ChatStreamSupervision(
             status=ChatStreamStatus.CANCELLED,
             heartbeat_at=self._handler.clock(),
             message_id=message_id,
-            epoch=row.epoch + 1,
+            epoch=epoch + 1,
         )
+        # Fenced at the hand-off's epoch: a claim landing after the read wins.
         if await supervision.compare_and_swap(
-            key.tenant, key.requester_uuid, key.session_id, row.epoch, ended
+            key.tenant, key.requester_uuid, key.session_id, epoch, ended
         ):
             await self.kick(key)
 
