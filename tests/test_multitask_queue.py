@@ -16,6 +16,7 @@ import pytest
 from tests.support.scripted import AGENT, ScriptedCluster, question
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import NotImplementedByStoreError
@@ -418,28 +419,78 @@ async def test_a_queued_turn_cancelled_while_the_turn_before_hands_it_over_is_sk
     ]
 
 
-async def test_a_gone_turns_recorded_answer_says_how_it_ended(cluster: ScriptedCluster) -> None:
-    """What ``POST /chat/response`` with ``enqueue`` answers once the turn's row
-    names another: its answer from the transcript, ``done``; or ``errored``
-    with its code when the answer carries a ``turn_error`` (the reaper ended it),
-    never a failed turn's partial answer as if it had succeeded."""
-    a, b = cluster.replica(), cluster.replica()
-    done = await cluster.start(a, "s1", "One?")
-    _answer(cluster, done.message_id, "Answer one.")
-    assert await cluster.ended(done) == "done"
-    recorded = await b.recorded_answer("t", "u", "s1", done.message_id)
-    assert recorded is not None
-    assert (recorded[0].content, recorded[1]) == ("Answer one.", StreamEnd("done"))
+@pytest.mark.parametrize("ending", ["done", "errored", "cancelled", "reaped"])
+async def test_a_reader_elsewhere_hears_how_the_turn_ended_once_its_row_names_the_next(
+    ending: str,
+) -> None:
+    """A reader on another replica follows the turn; by the time it reads the
+    row again, the row names the next turn: the queued one the turn handed the
+    conversation to at its end (done, errored), the one an interrupt started
+    (cancelled), the one queued behind a turn the reaper ended. It hears the
+    turn's verdict and its last answer, from the transcript (where the answer
+    says how it ended), never ``gone``, which both clients had to guess from."""
+    # Flushed at once: "Half" is recorded, what a cancel or the reaper keeps.
+    cluster = ScriptedCluster(recording_flush_interval=0.0)
+    try:
+        await _reader_elsewhere_hears(cluster, ending)
+    finally:
+        await cluster.aclose()
 
-    reaped = await cluster.start(a, "s1", "Two?")
-    await cluster.scripts.of(reaped.message_id).started.wait()
-    await a.shutdown()
-    cluster.kill_by_silence()
-    assert await b.end_dead_turn(KEY, reaped.message_id, "PRODUCER_LOST", "its replica died")
-    recorded = await b.recorded_answer("t", "u", "s1", reaped.message_id)
-    assert recorded is not None
-    assert recorded[1] == StreamEnd("errored", "PRODUCER_LOST", "its replica died")
-    assert await b.recorded_answer("t", "u", "s1", "never-ran") is None
+
+def _records(record: RecordedStreamEvent | None, text: str) -> bool:
+    return record is not None and record.message.content == text
+
+
+async def _reader_elsewhere_hears(cluster: ScriptedCluster, ending: str) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1", "One?")
+    script = cluster.scripts.of(turn.message_id)
+    script.say("Half")
+    await script.spoken()
+    assert cluster.stores.recording is not None
+    async with asyncio.timeout(10):
+        while not _records(await cluster.stores.recording.read("t", "u", "s1"), "Half"):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # polling the flusher's outcome, ordering nothing
+    if ending != "cancelled":
+        _answer(cluster, (await _enqueue(b, "Two?")).message_id, "Answer two.")
+    events, local = await b.attach("t", "u", "s1", turn.message_id, 0)
+    assert not local
+    first = await anext(events)
+    assert isinstance(first, StreamEvent) and first.message.content == "Half"
+    # The reader waits to read on (a slow client) while the turn ends and the
+    # next one claims the conversation.
+    if ending == "done":
+        script.say(" and whole.")
+        script.finish()
+        assert await cluster.ended(turn) == "done"
+    elif ending == "errored":
+        script.fail("the model's server said no")
+        assert await cluster.ended(turn) == "errored"
+    elif ending == "cancelled":
+        interrupting = await cluster.start(b, "s1", "Other?", strategy="interrupt")
+        _answer(cluster, interrupting.message_id, "Answer other.")
+    else:
+        await a.shutdown()
+        cluster.kill_by_silence()
+        assert await b.end_dead_turn(KEY, turn.message_id, "PRODUCER_LOST", "its replica died")
+    async with asyncio.timeout(10):
+        while (await b.status("t", "u", "s1")).message_id == turn.message_id:  # noqa: ASYNC110
+            await asyncio.sleep(0)  # the next turn's claim, in the background
+    texts, end = await _read(events)
+    expected = {
+        "done": StreamEnd("done"),
+        "errored": StreamEnd("errored", "INTERNAL", end.error_message),
+        "cancelled": StreamEnd("cancelled"),
+        "reaped": StreamEnd("errored", "PRODUCER_LOST", "its replica died"),
+    }[ending]
+    assert end == expected
+    assert end.error_message or ending not in ("errored", "reaped")
+    answer = next(m for m in await cluster.transcript("s1") if m.message_id == turn.message_id)
+    assert answer.content == ("Half and whole." if ending == "done" else "Half")
+    if ending != "done":
+        assert texts[-1:] == ["Half"], "the answer as kept, with the part saying why"
+    else:
+        assert texts[-1] == "Half and whole."
 
 
 async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_replica_handing_it(

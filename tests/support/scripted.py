@@ -93,6 +93,10 @@ class Script:
     def finish(self) -> None:
         self.steps.put_nowait(("finish", ""))
 
+    def fail(self, why: str) -> None:
+        """The agent raises (the turn ends errored)."""
+        self.steps.put_nowait(("fail", why))
+
 
 class Scripts:
     """One script per producer of a turn: ``of(message_id, 0)`` is the first
@@ -143,6 +147,8 @@ class ScriptedAgent(StreamableChatAgent):
             kind, text = await self.script.steps.get()
             if kind == "finish":
                 return
+            if kind == "fail":
+                raise RuntimeError(text)
             if kind == "checkpoint":
                 await self.notebook.request_checkpoint()
                 continue

@@ -29,9 +29,6 @@ from tether.domain.chat_conversation_store import (
 from tether.domain.chat_message import (
     ChatMessage,
     ChatMessageSender,
-    ContentPart,
-    ContentPartType,
-    ToolCallStatus,
 )
 from tether.domain.chat_request import ChatRequest, MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import (
@@ -57,10 +54,11 @@ from tether.handlers.errors import (
 from tether.handlers.queue import TurnQueue, Waiting
 from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
+from tether.handlers.turn_ends import ending_of, kept_answer
 from tether.metrics import TetherMetrics, backend_name
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import raise_fences
-from tether.runtime.follower import RecordingFollower, has_deltas, has_push
+from tether.runtime.follower import RecordingFollower, has_deltas, has_push, shows_the_same
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import (
     ClaimRefusedError,
@@ -347,19 +345,45 @@ class ChatHandler:
             return key
         return ConversationKey(tenant, summary.owner_uuid, session_id)
 
-    async def recorded_answer(
-        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
-    ) -> tuple[ChatMessage, StreamEnd] | None:
-        """Turn ``message_id``'s answer as the transcript holds it, and how it
-        ended: ``errored`` with its code when the answer carries a
-        ``turn_error`` part, else ``done`` (None: the transcript has no answer
-        of it). What a reader takes once the turn's stream is gone."""
+    async def _settled(
+        self,
+        events: AsyncIterator[StreamEvent | StreamEnd],
+        key: ConversationKey,
+        message_id: str,
+        start_index: int,
+    ) -> AsyncIterator[StreamEvent | StreamEnd]:
+        """A follower's events, its ``gone`` settled by the transcript.
+
+        The follower hears ``gone`` once the row names another turn: the next
+        queued one, to which this turn handed the conversation at its end
+        (``Lease.pass_on``), or an interrupt's, which claimed it right after
+        its cancel. Then the turn's answer, and how it ended, are in the
+        transcript (``handlers.turn_ends``): the reader gets that answer, if
+        it was not the last message it was sent, and that verdict. Without an
+        answer there (a rolled-back turn, one cancelled before it wrote
+        anything, a row cleaned up) it stays ``gone``."""
+        last: StreamEvent | None = None
+        async for item in events:
+            if isinstance(item, StreamEvent):
+                last = item
+            elif item.reason == "gone":
+                recorded = await self._answer_in_transcript(key, message_id)
+                if recorded is not None:
+                    answer, item = recorded, ending_of(recorded)
+                    if last is None or not shows_the_same(last.message, answer):
+                        index = last.index + 1 if last is not None else start_index
+                        yield StreamEvent(index, answer)
+            yield item
+
+    async def _answer_in_transcript(
+        self, key: ConversationKey, message_id: str
+    ) -> ChatMessage | None:
+        """Turn ``message_id``'s answer as the transcript holds it, if it does."""
         store = self.stores.conversation
         if store is None:
             return None
-        key = await self._reader_key(tenant, normalize_owner(requester_uuid), session_id)
         transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
-        answer = next(
+        return next(
             (
                 m
                 for m in transcript
@@ -367,12 +391,6 @@ class ChatHandler:
             ),
             None,
         )
-        if answer is None:
-            return None
-        error = _error_of(answer)
-        if error is not None:
-            return answer, StreamEnd("errored", *error)
-        return answer, StreamEnd("done")
 
     async def _check_writer(self, tenant: str, requester_uuid: str, session_id: str) -> None:
         """Writes (a turn, a resume, a cancel) are the owner's alone, shared or not.
@@ -669,7 +687,7 @@ class ChatHandler:
             await_takeover=self.settings.dead_after if self.takeovers.running else 0.0,
             live_here=live_here,
         )
-        return follower.follow(start_index), False
+        return self._settled(follower.follow(start_index), key, message_id, start_index), False
 
     # --------------------------------------------------- status and cancel
 
@@ -848,9 +866,10 @@ class ChatHandler:
         """Write a turn's verdict, given by another hand than its producer's (a
         cancel, the reaper), into its transcript at that verdict's epoch: the
         newest recorded message (read after the fence, so nothing a fenced
-        producer writes later can be newer than it) as its answer. An
-        ``error`` (code, message) is kept with it as a ``turn_error`` context
-        part, so the transcript says why the answer stops where it does.
+        producer writes later can be newer than it) as its answer, marked
+        with the way it ended (``handlers.turn_ends``: a cancel, or an
+        ``error`` (code, message)), so the transcript says why the answer
+        stops where it does.
 
         Fenced and idempotent by ``message_id``: if the producer sealed its whole
         answer before the fence, that answer stays the one bot message."""
@@ -864,14 +883,11 @@ class ChatHandler:
             )
             if record is not None and record.message_id == message_id:
                 partial = record.message
-        if partial is not None:
-            # A call the answer stopped inside has no result: say so in the
-            # transcript (and to the model next turn), never "running" forever.
-            partial = _closed_tool_calls(
-                partial, _CUT_OFF_CALL.get(status, _CUT_OFF_CALL["errored"])
-            )
-        if error is not None:
-            partial = _with_error(partial, key, message_id, *error)
+        # A call the answer stopped inside has no result: say so in the
+        # transcript (and to the model next turn), never "running" forever.
+        partial = kept_answer(
+            partial, status, session_id=key.session_id, message_id=message_id, error=error
+        )
         await conversations.append_fenced(
             key.tenant,
             key.requester_uuid,
@@ -1006,57 +1022,6 @@ class ChatHandler:
         # Released last, once nothing of this replica writes: any turn it leaves
         # running then reads dead to the others at once, not after the threshold.
         await self.presence.aclose()
-
-
-def _with_error(
-    answer: ChatMessage | None, key: ConversationKey, message_id: str, code: str, reason: str
-) -> ChatMessage:
-    """``answer`` (or an empty bot message) with a ``turn_error`` context part:
-    the code and message a live reader got in the stream's ``error`` event."""
-    if answer is None:
-        answer = ChatMessage(
-            sender=ChatMessageSender.BOT, message_id=message_id, session_id=key.session_id
-        )
-    part = ContentPart(
-        type=ContentPartType.CONTEXT, context={"turn_error": {"code": code, "message": reason}}
-    )
-    return answer.model_copy(update={"content_parts": [*(answer.content_parts or []), part]})
-
-
-def _error_of(answer: ChatMessage) -> tuple[str | None, str | None] | None:
-    """The (code, message) of ``answer``'s ``turn_error`` part (see ``_with_error``),
-    if it has one."""
-    for part in answer.content_parts or []:
-        error = (part.context or {}).get("turn_error")
-        if isinstance(error, dict):
-            return error.get("code"), error.get("message")
-    return None
-
-
-_CUT_OFF_CALL: dict[LastTurnStatus, str] = {
-    "cancelled": "Cancelled before it completed: it may or may not have happened.",
-    "errored": "The answer ended before it completed: it may or may not have happened.",
-}
-
-
-def _closed_tool_calls(answer: ChatMessage, why: str) -> ChatMessage:
-    """``answer`` with every tool call still shown running marked failed, ``why``."""
-    parts = answer.content_parts or []
-    if not any(p.tool is not None and p.tool.status is ToolCallStatus.RUNNING for p in parts):
-        return answer
-    closed = [
-        part.model_copy(
-            update={
-                "tool": part.tool.model_copy(
-                    update={"status": ToolCallStatus.ERROR, "response": why}
-                )
-            }
-        )
-        if part.tool is not None and part.tool.status is ToolCallStatus.RUNNING
-        else part
-        for part in parts
-    ]
-    return answer.model_copy(update={"content_parts": closed})
 
 
 def _presence_lock(store: ChatStreamSupervisionStore | None) -> PresenceLock | None:

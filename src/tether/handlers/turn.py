@@ -42,10 +42,11 @@ from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
 from tether.handlers.queue import without_queued
+from tether.handlers.turn_ends import kept_answer
 from tether.metrics import TetherMetrics
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
-from tether.runtime.follower import has_push, is_regression
+from tether.runtime.follower import has_push, is_regression, shows_the_same
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import ConversationKey, FencedError, Lease
 from tether.runtime.lifecycle import Lifecycle, TurnState
@@ -396,7 +397,7 @@ class Turn:
             # Not past what clients were shown (an older state, or the same one
             # again): no new content. Only what passes it is shown, recorded at
             # once below, and ends the takeover's measured outage.
-            if is_regression(self._holding_back, message) or _shows_the_same(
+            if is_regression(self._holding_back, message) or shows_the_same(
                 self._holding_back, message
             ):
                 return
@@ -657,9 +658,17 @@ class Turn:
         if self.context.stateful:
             try:
                 await self._flush()
+                latest = self.buffer.latest
+                answer = kept_answer(
+                    latest.message if latest is not None else None,
+                    "errored",
+                    session_id=self.context.session_id,
+                    message_id=self.message_id,
+                    error=(code, message),
+                )
                 await self.writer.append(
                     self.context.agent_identifier,
-                    [],
+                    [answer] if answer is not None else [],
                     last_turn_status="errored",
                     create_if_absent=False,
                 )
@@ -727,8 +736,3 @@ class Turn:
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")
-
-
-def _shows_the_same(shown: ChatMessage, new: ChatMessage) -> bool:
-    """Whether ``new`` shows a client exactly what ``shown`` did."""
-    return new.content == shown.content and (new.content_parts or []) == (shown.content_parts or [])

@@ -318,6 +318,11 @@ def has_deltas(recording: ChatStreamRecordingStore) -> bool:
     return type(recording).publish_deltas is not ChatStreamRecordingStore.publish_deltas
 
 
+def shows_the_same(shown: ChatMessage, new: ChatMessage) -> bool:
+    """Whether ``new`` shows a client exactly what ``shown`` did."""
+    return new.content == shown.content and (new.content_parts or []) == (shown.content_parts or [])
+
+
 def is_regression(sent: ChatMessage | None, new: ChatMessage) -> bool:
     """Whether ``new`` is an older state of what the client already has (a
     takeover restarted from a checkpoint behind the recording)."""

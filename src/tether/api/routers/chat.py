@@ -77,13 +77,9 @@ async def chat_response(
         message_id = started.message_id
         requester = request_identity(request).requester_uuid
         events, _ = await handler.attach(tenant, requester, form.session_id, message_id, 0)
+        # Followed from another replica, the turn's end is settled by the
+        # transcript once its row names the next queued turn (``Lease.pass_on``).
         latest, end = await _last_of(events)
-        if end is not None and end.reason == "gone" and form.session_id:
-            # Followed from another replica, the turn's row already names the
-            # next queued turn (``Lease.pass_on``): its answer is in the transcript.
-            recorded = await handler.recorded_answer(tenant, requester, form.session_id, message_id)
-            if recorded is not None:
-                latest, end = recorded
     else:
         message_id = started.message_id
         assert started.task is not None
