@@ -230,14 +230,14 @@ async def test_the_test_server_refuses_an_unanswered_tool_call(
     await sdk.close()
 
 
-@pytest.mark.parametrize("how", ["cancel", "interrupt"])
+@pytest.mark.parametrize("how", ["cancel", "interrupt", "error"])
 async def test_a_turn_stopped_in_a_tool_call_leaves_a_transcript_the_next_turn_can_send(
     server: OpenAICompatibleServer, how: str
 ) -> None:
     """End to end: a real turn is stopped inside its tool call, from another
-    replica, by a cancel or by a new message that interrupts it; the
-    transcript it leaves, plus the next question, goes to the server (as
-    strict as OpenAI's API about unanswered calls) through the
+    replica, by a cancel or by a new message that interrupts it, or by its
+    agent failing; the transcript it leaves, plus the next question, goes to
+    the server (as strict as OpenAI's API about unanswered calls) through the
     OpenAI-compatible client, and is taken."""
     cluster = ScriptedCluster()
     try:
@@ -251,11 +251,13 @@ async def test_a_turn_stopped_in_a_tool_call_leaves_a_transcript_the_next_turn_c
         await a.flusher.flush()  # the answer as its readers saw it, call in flight
         if how == "cancel":
             await b.cancel("t", "u", "s1", turn.message_id)
-        else:
+        elif how == "interrupt":
             interrupting = await cluster.start(b, "s1", "Stop.", strategy="interrupt")
             cluster.scripts.of(interrupting.message_id).finish()
             assert await cluster.ended(interrupting) == "done"
-        assert await cluster.ended(turn) == "cancelled"
+        else:
+            script.fail("the mail server went away")
+        assert await cluster.ended(turn) == ("errored" if how == "error" else "cancelled")
         transcript = await cluster.transcript("s1")
     finally:
         await cluster.aclose()
