@@ -580,4 +580,14 @@ def test_interrupt_stops_the_answer_and_answers_the_new_message_now(
     assert _bubbles(tab) == stored
     assert transcript["conversation"]["last_turn_status"] == "complete"
     tab.shot("interrupt-done")
+    # Reloaded, the interrupted answer still says it stopped: its transcript
+    # answer carries the mark (``turn_cancelled``), not only this tab's memory.
+    tab.page.reload()
+    wait_for(lambda: _answers(tab) == 2, 10, "the transcript after the reload")
+    stopped = tab.page.locator("#transcript > li.message.bot").first.locator(".turn-note")
+    wait_for(lambda: stopped.inner_text() == "Stopped.", 10, "the interrupted answer's note")
+    assert (
+        tab.page.locator("#transcript > li.message.bot").nth(1).locator(".turn-note").inner_text()
+        == ""
+    )
     assert not tab.errors

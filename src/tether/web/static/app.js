@@ -15,6 +15,7 @@ import { Follower } from "./follow.js";
 import {
   bubbleFor,
   conversationItem,
+  failedWords,
   fill,
   markQueued,
   note,
@@ -368,7 +369,7 @@ function hooks(open, me) {
       const words = {
         done: "Answer complete.",
         cancelled: "Stopped. The partial answer is kept.",
-        errored: `The answer failed: ${error?.message ?? "the agent raised an error"}.`,
+        errored: failedWords(error?.message),
         unknown: "The answer has ended.",
         none: "Ready.",
       }[reason];

@@ -100,6 +100,27 @@ export function fill(item, message) {
       .join("\n");
   }
   item.querySelector(".text").textContent = text;
+  const ended = endedBy(message);
+  if (ended) note(item, ended.words, ended.kind);
+}
+
+/** What the page says of a turn that failed, with the error's message. */
+export function failedWords(message) {
+  return `The answer failed: ${message ?? "the agent raised an error"}.`;
+}
+
+/**
+ * How an answer says its turn ended other than done (tether's
+ * `handlers/turn_ends.py`: a `turn_error` or `turn_cancelled` context part),
+ * in the words the page shows when it sees the end live: a reload shows it too.
+ */
+function endedBy(message) {
+  for (const p of message.content_parts || []) {
+    const said = p.type === "context" ? p.context : null;
+    if (said?.turn_error) return { words: failedWords(said.turn_error.message), kind: "error" };
+    if (said?.turn_cancelled === true) return { words: "Stopped.", kind: "info" };
+  }
+  return null;
 }
 
 /** A line under a bubble: how the turn ended, or what the page did about it. */
