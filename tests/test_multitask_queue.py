@@ -475,6 +475,10 @@ async def test_a_reader_elsewhere_hears_how_the_turn_ended_once_its_row_names_th
         assert texts[-1:] == ["Half"], "the answer as kept, with the part saying why"
     else:
         assert texts[-1] == "Half and whole."
+    # A reader attaching only now is told the same, not 410.
+    again, _ = await b.attach("t", "u", "s1", turn.message_id, 5)
+    told = [item async for item in again]
+    assert told == [StreamEvent(5, answer), end]
 
 
 async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_replica_handing_it(

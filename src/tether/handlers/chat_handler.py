@@ -661,7 +661,14 @@ class ChatHandler:
                     return events
 
                 return self.queue.follow_when_started(key, message_id, later, start_index), False
-            raise TurnEndedError(f"turn {message_id} is finished and cleaned up, or never existed")
+            answer = await self._answer_in_transcript(key, message_id)
+            if answer is None:
+                raise TurnEndedError(
+                    f"turn {message_id} is finished and cleaned up, or never existed"
+                )
+            # Over, its row cleaned up or naming the next turn: its answer
+            # says how it ended (``handlers.turn_ends``).
+            return _told(StreamEvent(start_index, answer), ending_of(answer)), False
 
         def live_here(epoch: int, start: int) -> AsyncIterator[StreamEvent | StreamEnd] | None:
             """The turn's live buffer, once this replica produces it at ``epoch``."""
@@ -1022,6 +1029,11 @@ class ChatHandler:
         # Released last, once nothing of this replica writes: any turn it leaves
         # running then reads dead to the others at once, not after the threshold.
         await self.presence.aclose()
+
+
+async def _told(*items: StreamEvent | StreamEnd) -> AsyncIterator[StreamEvent | StreamEnd]:
+    for item in items:
+        yield item
 
 
 def _presence_lock(store: ChatStreamSupervisionStore | None) -> PresenceLock | None:
