@@ -230,6 +230,9 @@ async def _enqueued_turns_drain_through_a_kill(cluster: Cluster) -> None:
             assert await reader.ended(30)
             last = reader.messages[-1].message
             assert last is not None and last["content"] == transcript[3]["content"]
+            # Its end is the turn's own verdict, also where the row already
+            # named the next queued turn when the reader read it.
+            assert reader.finished_turn, (reader.replica, reader.verdict)
 
 
 @pytest.mark.parametrize("stores", STORES)
