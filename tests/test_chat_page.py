@@ -548,6 +548,40 @@ def test_messages_sent_while_an_answer_runs_are_queued_then_answered_in_order(
     assert not tab.errors and not other.errors
 
 
+def test_a_cancelled_queued_message_stays_gone_when_an_older_poll_answers_late(
+    replicas: Replicas, context: Any, screenshot_dir: Path, user: str
+) -> None:
+    """The page polls the status every 2 s; a poll read before the cancel and
+    answered after it still lists the cancelled message. It must not bring
+    the message back (it did, with a Cancel button, until the next poll)."""
+    tab = ChatPage.open(context, replicas.one.url, screenshot_dir, "late-poll")
+    tab.page.select_option("#agent", SLOW_AGENT)
+    tab.page.click("#new button")
+    tab.send(PROMPT)
+    tab.wait_growing(100)
+    tab.send("Never mind this one.")
+    wait_for(lambda: _queued(tab) == ["Never mind this one."], 10, "the message to show queued")
+
+    # Each status poll is read from the server at once and answered when the
+    # test says.
+    polls: list[tuple[Any, Any]] = []
+    tab.page.route("**/chat/stream/status*", lambda route: polls.append((route, route.fetch())))
+    wait_for(lambda: tab.page.evaluate("() => true") and polls, 10, "the next status poll")
+    stale_route, stale = polls[0]
+    assert "Never mind this one." in stale.text(), "read before the cancel"
+
+    tab.page.locator("li.queued button.cancel-queued").click()
+    wait_for(lambda: _queued(tab) == [], 10, "the cancelled message to go")
+    stale_route.fulfill(response=stale)
+    # The page asks again only once it has handled that answer.
+    wait_for(lambda: tab.page.evaluate("() => true") and len(polls) > 1, 10, "the poll after")
+    assert _queued(tab) == [], "the late answer brought the cancelled message back"
+    for route, response in polls[1:]:
+        route.fulfill(response=response)
+    tab.page.unroute_all(behavior="ignoreErrors")
+    assert not tab.errors
+
+
 def test_interrupt_stops_the_answer_and_answers_the_new_message_now(
     replicas: Replicas, context: Any, screenshot_dir: Path, user: str
 ) -> None:

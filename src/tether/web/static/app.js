@@ -43,6 +43,12 @@ const page = {
   latest: null,
   /** a message being sent while an answer runs (one at a time) */
   sending: false,
+  /**
+   * Queued turns this tab cancelled: a status or transcript read before the
+   * cancel and answered after it still lists them, and must not bring them back.
+   * @type {Set<string>}
+   */
+  cancelled: new Set(),
   pollTimer: 0,
 };
 
@@ -219,7 +225,10 @@ async function loadTranscript() {
   const kept = page.bubble;
   const sending = [...list.querySelectorAll(":scope > li.pending")];
   list.replaceChildren();
-  for (const message of body.messages) bubbleFor(list, message, { agent: open.agent });
+  for (const message of body.messages) {
+    if (message.queued && page.cancelled.has(message.queued.message_id)) continue;
+    bubbleFor(list, message, { agent: open.agent });
+  }
   if (kept && !list.querySelector(`li[data-message-id="${CSS.escape(kept.dataset.messageId)}"]`)) {
     placeAnswered(list, kept);
   }
@@ -292,6 +301,7 @@ function syncQueue(queue) {
     if (!waiting.has(item.dataset.messageId)) item.remove();
   }
   for (const entry of queue) {
+    if (page.cancelled.has(entry.message_id)) continue;
     bubbleFor(list, {
       sender: "user",
       content: entry.content,
@@ -551,6 +561,7 @@ $("transcript").addEventListener("click", async (event) => {
   item.querySelector(".queue-state").textContent = "Cancelling…";
   try {
     await client.cancel(page.open.sessionId, messageId);
+    page.cancelled.add(messageId);
     item.remove();
     $("notice").textContent = "The queued message was cancelled; it will not be answered.";
   } catch (error) {
