@@ -12,7 +12,7 @@ import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import pytest
 
@@ -20,6 +20,7 @@ from tests.support.services import DRIVERS_HOW, missing
 
 try:
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import AsyncConnectionPool
 except ImportError as error:  # the postgres extra is not installed
     missing(f"the PostgreSQL driver is missing ({error}); {DRIVERS_HOW}")
@@ -41,6 +42,7 @@ from tether.adapters.postgres import (
     queries,
     stores_from_url,
 )
+from tether.adapters.postgres._conninfo import with_libpq_defaults
 from tether.adapters.postgres._keys import row_key, session_key
 from tether.cli.db import db_app
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -224,6 +226,58 @@ async def test_rollbacks_racing_appends_from_another_database_keep_positions_den
             assert [row[0] for row in await cursor.fetchall()] == list(range(len(expected)))
             summary = await one.get_conversation("t", "u", "s")
             assert summary is not None and summary.message_count == len(expected)
+
+
+async def test_a_session_stopped_inside_a_transaction_lets_go_of_its_row_after_the_timeout(
+    postgres_url: str,
+) -> None:
+    """A replica stopped (SIGSTOP, a frozen VM) inside a transcript append holds
+    the conversation's row lock in an open transaction; every fence of that
+    conversation, so every takeover of its turn, waits on it. tether's sessions
+    ask the server to end one idle in a transaction for longer than a store
+    call may take (``timeout``): then the lock goes, and the fence goes through.
+    Before, every try failed until the stopped replica came back."""
+    url = f"{postgres_url}?timeout=1"
+    async with _conversation_store(url) as store:
+        await store.append_fenced("t", "u", "s", "agent", [_numbered(1, 0)], epoch=1)
+        # The stopped replica: one of tether's own sessions, inside an append's
+        # transaction, holding the row, and then doing nothing.
+        async with await store.database.connect_directly() as stopped:
+            await stopped.execute("BEGIN")
+            await stopped.execute(queries.LOCK_CONVERSATION, {"key": row_key("t", "s")})
+            failures = 0
+            async with asyncio.timeout(10):
+                while True:
+                    try:
+                        await store.fence("t", "u", "s", 2)  # a takeover's fence, tried again
+                        break
+                    except StoreUnavailableError:
+                        failures += 1  # waited out the call's 1 s on the lock: try again
+            assert failures <= 2, "the lock went with the stopped session, about 1 s in"
+            with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
+                await stopped.execute("SELECT 1")  # the server ended that session
+        assert not await store.append_fenced("t", "u", "s", "agent", [_numbered(1, 1)], epoch=1)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (None, "-c idle_in_transaction_session_timeout=1500"),
+        ("-c search_path=app", "-c search_path=app -c idle_in_transaction_session_timeout=1500"),
+        (
+            "-c idle_in_transaction_session_timeout=0",
+            "-c idle_in_transaction_session_timeout=0",
+        ),
+    ],
+)
+def test_the_idle_in_transaction_bound_keeps_the_urls_own_options(
+    options: str | None, expected: str
+) -> None:
+    url = "postgresql://tether@db/tether"
+    if options is not None:
+        url += f"?options={quote(options)}"
+    given = conninfo_to_dict(with_libpq_defaults(url, idle_in_transaction=1.5))
+    assert given["options"] == expected
 
 
 class _CountingCursor(psycopg.AsyncCursor[Any]):

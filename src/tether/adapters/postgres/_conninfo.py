@@ -38,7 +38,8 @@ class PostgresOptions:
     - ``pool_min_size`` (1) and ``pool_max_size`` (10): the connection pool's bounds.
     - ``timeout`` (5 seconds): the longest any store call may take, waiting for a
       connection included, before it raises ``StoreUnavailableError``; also bounds
-      ``open()``.
+      ``open()``, and how long the server lets a session sit idle inside a
+      transaction (see ``with_libpq_defaults``).
     """
 
     create_schema: bool = True
@@ -82,13 +83,29 @@ def split_store_url(url: str) -> tuple[str, PostgresOptions]:
     return libpq_url, options
 
 
-def with_libpq_defaults(conninfo: str) -> str:
-    """``conninfo`` with :data:`LIBPQ_DEFAULTS` added where it sets nothing itself."""
+def with_libpq_defaults(conninfo: str, *, idle_in_transaction: float) -> str:
+    """``conninfo`` with :data:`LIBPQ_DEFAULTS` added where it sets nothing itself,
+    and the server asked to end a session left idle inside a transaction for
+    ``idle_in_transaction`` seconds (``idle_in_transaction_session_timeout``,
+    unless the URL's ``options`` set it).
+
+    Why: a replica stopped inside a transaction (SIGSTOP, a frozen VM, a
+    debugger) keeps its row locks for as long as it is stopped, and a takeover
+    must write that row (its fence). None of tether's transactions waits on
+    anything but the server, and a store call gives up after ``timeout``
+    seconds anyway, so a session idle in a transaction that long is stopped;
+    the server ending it rolls its write back, which its epoch fences anyway."""
     try:
         given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as error:
         raise StoreURLError(f"store URL {redact(conninfo)}: {error}") from error
     missing = {name: value for name, value in LIBPQ_DEFAULTS.items() if name not in given}
+    options = str(given.get("options") or "")
+    if "idle_in_transaction_session_timeout" not in options:
+        bound = (
+            f"-c idle_in_transaction_session_timeout={max(1, round(idle_in_transaction * 1000))}"
+        )
+        missing["options"] = f"{options} {bound}".strip()
     return make_conninfo(conninfo, **missing)
 
 

@@ -101,7 +101,7 @@ class PostgresDatabase:
         ``pool_max_size`` and ``timeout``. Raises ``StoreURLError`` for a bad URL.
         """
         libpq_url, options = split_store_url(url)
-        conninfo = with_libpq_defaults(libpq_url)
+        conninfo = with_libpq_defaults(libpq_url, idle_in_transaction=options.timeout)
 
         def build_pool() -> AsyncConnectionPool[Any]:
             # check_connection: after a server restart, pooled connections are
@@ -133,7 +133,7 @@ class PostgresDatabase:
             raise NotImplementedError("a database built on a given pool cannot be copied")
         libpq_url, options = split_store_url(self._url)
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            with_libpq_defaults(libpq_url),
+            with_libpq_defaults(libpq_url, idle_in_transaction=options.timeout),
             kwargs={"autocommit": True},
             min_size=1,
             max_size=1,
