@@ -359,9 +359,10 @@ class ChatHandler:
         (``Lease.pass_on``), or an interrupt's, which claimed it right after
         its cancel. Then the turn's answer, and how it ended, are in the
         transcript (``handlers.turn_ends``): the reader gets that answer, if
-        it was not the last message it was sent, and that verdict. Without an
-        answer there (a rolled-back turn, one cancelled before it wrote
-        anything, a row cleaned up) it stays ``gone``."""
+        it was not the last message it was sent, and that verdict. So does a
+        follower whose turn's row was cleaned up meanwhile. Without an answer
+        there (a rolled-back turn, one cancelled before anything of it was
+        recorded) it stays ``gone``."""
         last: StreamEvent | None = None
         async for item in events:
             if isinstance(item, StreamEvent):
@@ -890,8 +891,7 @@ class ChatHandler:
             )
             if record is not None and record.message_id == message_id:
                 partial = record.message
-        # A call the answer stopped inside has no result: say so in the
-        # transcript (and to the model next turn), never "running" forever.
+        # With its tool calls closed and its end marked (``turn_ends``).
         partial = kept_answer(
             partial, status, session_id=key.session_id, message_id=message_id, error=error
         )
