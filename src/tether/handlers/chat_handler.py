@@ -39,6 +39,7 @@ from tether.domain.chat_stream_supervision_store import (
 )
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
+from tether.handlers.cancel import cancel_turn
 from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
@@ -52,10 +53,12 @@ from tether.handlers.errors import (
     UnknownAgentError,
 )
 from tether.handlers.queue import TurnQueue, Waiting
-from tether.handlers.takeover import AutomaticTakeover
+from tether.handlers.takeover import PRODUCER_LOST, AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of, kept_answer
 from tether.metrics import TetherMetrics, backend_name
+from tether.runtime import conversation_row as rows
+from tether.runtime.conversation_row import RowState
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import raise_fences
 from tether.runtime.follower import RecordingFollower, has_deltas, has_push, shows_the_same
@@ -63,6 +66,7 @@ from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import (
     ClaimRefusedError,
     ConversationKey,
+    FencedError,
     Lease,
     claim,
 )
@@ -213,7 +217,10 @@ class ChatHandler:
         elif displacing:
             lease, interrupted = await self._displace(context, request.multitask_strategy)
         else:
-            lease = await self._claim(context, automatic=automatic)
+            # The seed's strategy may take a conversation whose turn died (ended
+            # first); a queued turn's start and ``enqueue`` wait for it instead.
+            ends_dead = request.multitask_strategy == "reject" and dequeue is None
+            lease = await self._claim(context, automatic=automatic, end_dead=ends_dead)
         key = self._key(context.tenant, requester, context.session_id or "")
         # From the claim on the row names this turn, so an attach here finds it
         # there before it runs (its user message and marker still to write):
@@ -251,7 +258,8 @@ class ChatHandler:
                 except ConversationNotOwnedError as error:
                     raise NotOwnerError("only the owner can add to this conversation") from error
                 if dequeue is not None and lease is not None:
-                    await self.queue.remove(key, dequeue, lease.epoch)
+                    if not await self.queue.remove(key, dequeue, lease.epoch):
+                        raise FencedError(message_id)  # a newer epoch (a cancel) holds it
                 await turn.mark()
             self._turns[message_id] = turn
         except BaseException:
@@ -411,7 +419,14 @@ class ChatHandler:
         if summary is not None and summary.owner_uuid != requester_uuid:
             raise NotOwnerError("only the owner can write to this conversation")
 
-    async def _claim(self, context: TurnContext, *, automatic: bool) -> Lease | None:
+    async def _claim(
+        self, context: TurnContext, *, automatic: bool, end_dead: bool = False
+    ) -> Lease | None:
+        """The lease of a new turn, or of a resume (``context.resuming``); 409
+        naming the occupant when the conversation is not free. A turn whose
+        producer died occupies it until it is resumed or ended: with
+        ``end_dead`` (the seed's strategy) it is ended first, with what it
+        had recorded and a verdict, and the claim made again."""
         store = self.stores.supervision
         if store is None:
             return None
@@ -424,14 +439,34 @@ class ChatHandler:
                 key, context.message_id, takeover_of=takeover, automatic=automatic
             )
         except ClaimRefusedError as refused:
-            occupant = refused.occupant
-            if occupant is None:
-                raise TurnEndedError("the turn to resume no longer exists") from refused
-            raise ConversationBusyError(
-                f"the conversation is busy with turn {occupant.message_id}",
-                message_id=occupant.message_id,
-                session_id=key.session_id,
-            ) from refused
+            if not (end_dead and await self._end_displaced(key, refused.occupant)):
+                raise _refusal(key, refused) from refused
+        try:
+            return await self._grant(key, context.message_id, takeover_of=None)
+        except ClaimRefusedError as refused:
+            raise _refusal(key, refused) from refused
+
+    async def _end_displaced(
+        self, key: ConversationKey, occupant: ChatStreamSupervision | None
+    ) -> bool:
+        """End the dead turn a new message is about to displace, so its answer
+        and verdict stay in the transcript; whether the claim may be tried
+        again. Not a queued turn the row was passed on to: it runs first."""
+        if occupant is None:
+            return False
+        if rows.state_of(occupant, self.clock(), self.dead_after, self.presence.gone) is not (
+            RowState.DEAD
+        ):
+            return False
+        if await self.queue.is_waiting(key, occupant.message_id):
+            return False
+        await self.end_dead_turn(
+            key,
+            occupant.message_id,
+            PRODUCER_LOST,
+            "the turn's producer died and a new message took the conversation",
+        )
+        return True  # ended, by us or by another hand meanwhile: claim again
 
     async def _displace(
         self, context: TurnContext, strategy: MultitaskStrategy
@@ -749,9 +784,10 @@ class ChatHandler:
         *,
         kick: bool = True,
     ) -> None:
-        """Cancel a turn from any replica: taking the lease fences its producer.
-        A queued turn leaves the queue. Then the conversation's next queued
-        turn starts (unless ``kick`` is False: an interrupt's own turn goes first)."""
+        """Cancel a turn, running or queued, from any replica; once this
+        returns the turn never produces again (``handlers.cancel``). Then the
+        conversation's next queued turn starts (unless ``kick`` is False: an
+        interrupt's own turn goes first)."""
         local = self._turns.get(message_id)
         store = self.stores.supervision
         if store is None or (local is not None and local.lease is None):
@@ -773,54 +809,7 @@ class ChatHandler:
             session_id = await self._session_of(tenant, requester_uuid, message_id)
         await self._check_writer(tenant, normalize_owner(requester_uuid), session_id)
         key = self._key(tenant, requester_uuid, session_id)
-        if await self.queue.cancel(key, message_id):
-            return
-        row = await store.read(key.tenant, key.requester_uuid, key.session_id)
-        if row is None or row.message_id != message_id:
-            raise TurnNotFoundError(f"turn {message_id} is not the conversation's current turn")
-        if row.status is not ChatStreamStatus.RUNNING:
-            raise TurnEndedError(f"turn {message_id} already ended ({_VERDICTS[row.status]})")
-        if (
-            local is not None
-            and local.lease is not None
-            and local.key == key
-            and local.lease.epoch == row.epoch
-        ):
-            # Ours and live: stop it and flush what its clients saw first.
-            await local.stop_for_cancel()
-        # The cancel is a grant of the next epoch: fence every store at it
-        # first, then take the row. From then on the producer, wherever it
-        # runs, can change nothing; what it recorded before is the partial.
-        epoch = row.epoch + 1
-        await raise_fences(self.stores, key, epoch)
-        cancelled = ChatStreamSupervision(
-            status=ChatStreamStatus.CANCELLED,
-            heartbeat_at=self.clock(),
-            message_id=message_id,
-            epoch=epoch,
-        )
-        if not await store.compare_and_swap(
-            key.tenant, key.requester_uuid, key.session_id, row.epoch, cancelled
-        ):
-            current = await store.read(key.tenant, key.requester_uuid, key.session_id)
-            if current is not None and current.message_id == message_id:
-                if current.status is not ChatStreamStatus.RUNNING:
-                    raise TurnEndedError(
-                        f"turn {message_id} already ended ({_VERDICTS[current.status]})"
-                    )
-            raise ConversationBusyError(
-                f"turn {message_id} changed hands while cancelling; try again",
-                message_id=message_id,
-                session_id=key.session_id,
-            )
-        if local is not None and local.key == key:
-            local.cancelled()
-        if await self.queue.is_waiting(key, message_id):
-            # A queued turn handed the conversation but not started yet: it
-            # must not start after its cancel.
-            await self.queue.remove(key, message_id, epoch)
-        await self._keep_partial_answer(key, message_id, epoch)
-        self._forget_later(key, message_id, epoch)
+        await cancel_turn(self, key, message_id, local)
         if kick:
             self._in_background(self.queue.kick(key))
 
@@ -844,25 +833,47 @@ class ChatHandler:
     async def end_dead_turn(
         self, key: ConversationKey, message_id: str, code: str, reason: str
     ) -> bool:
-        """End a dead turn that will not be resumed ``errored``: in its
-        supervision row and its conversation's last-turn status, at the next
-        epoch (the reaper, and the takeover limit). Whether this replica did:
-        False when the turn is no longer dead or another replica was first."""
+        """End a dead turn that will not be resumed (the reaper, the takeover
+        limit, a new message over it): ``errored``, with what it recorded
+        kept as its answer, at the next epoch; ``cancelled``, with nothing
+        written to the transcript, when its question was never recorded (a
+        queued turn taken out of the queue after the row was passed on to
+        it). Whether this replica ended it: False when the turn is no longer
+        dead or another replica was first."""
         try:
             lease = await self._grant(key, message_id, takeover_of=message_id)
         except ClaimRefusedError:
             return False
-        logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
-        await self._keep_partial_answer(
-            key, message_id, lease.epoch, status="errored", error=(code, reason)
-        )
-        await lease.finish(ChatStreamStatus.ERRORED)
-        self.metrics.turns_reaped.labels(code).inc()
-        self._forget_later(key, message_id, lease.row_epoch)
+        asked = await self.asked(key, message_id)
+        status = ChatStreamStatus.ERRORED if asked else ChatStreamStatus.CANCELLED
+        if asked:
+            logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
+            kept = await self.keep_partial_answer(
+                key, message_id, lease.epoch, status="errored", error=(code, reason)
+            )
+            if not kept:
+                return False  # a newer epoch took the conversation meanwhile
+        try:
+            await lease.finish(status)
+        except FencedError:
+            return False
+        if asked:
+            self.metrics.turns_reaped.labels(code).inc()
+        self.forget_later(key, message_id, lease.row_epoch)
         self._in_background(self.queue.kick(key))
         return True
 
-    async def _keep_partial_answer(
+    async def asked(self, key: ConversationKey, message_id: str) -> bool:
+        """Whether turn ``message_id``'s user message is in the transcript (a
+        turn records it right after its claim): only then may its verdict
+        write an answer there. True without a conversation store."""
+        store = self.stores.conversation
+        if store is None:
+            return True
+        transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
+        return any(m.message_id == f"{message_id}-user" for m in transcript)
+
+    async def keep_partial_answer(
         self,
         key: ConversationKey,
         message_id: str,
@@ -870,20 +881,22 @@ class ChatHandler:
         *,
         status: LastTurnStatus = "cancelled",
         error: tuple[str, str] | None = None,
-    ) -> None:
+    ) -> bool:
         """Write a turn's verdict, given by another hand than its producer's (a
         cancel, the reaper), into its transcript at that verdict's epoch: the
         newest recorded message (read after the fence, so nothing a fenced
         producer writes later can be newer than it) as its answer, marked
         with the way it ended (``handlers.turn_ends``: a cancel, or an
         ``error`` (code, message)), so the transcript says why the answer
-        stops where it does.
+        stops where it does. Nothing is written for a turn whose question was
+        never recorded: an answer there would follow no question.
 
         Fenced and idempotent by ``message_id``: if the producer sealed its whole
-        answer before the fence, that answer stays the one bot message."""
+        answer before the fence, that answer stays the one bot message.
+        Whether the store took it (False: a newer epoch holds the conversation)."""
         conversations = self.stores.conversation
-        if conversations is None:
-            return
+        if conversations is None or not await self.asked(key, message_id):
+            return True
         partial: ChatMessage | None = None
         if self.stores.recording is not None:
             record = await self.stores.recording.read(
@@ -895,7 +908,7 @@ class ChatHandler:
         partial = kept_answer(
             partial, status, session_id=key.session_id, message_id=message_id, error=error
         )
-        await conversations.append_fenced(
+        return await conversations.append_fenced(
             key.tenant,
             key.requester_uuid,
             key.session_id,
@@ -917,7 +930,7 @@ class ChatHandler:
             return summary.agent_identifier if summary is not None else ""
         return ""
 
-    def _forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
+    def forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         async def forget() -> None:
             await asyncio.sleep(self.settings.finished_turn_grace)
             with contextlib.suppress(Exception):
@@ -926,9 +939,7 @@ class ChatHandler:
                         key.tenant, key.requester_uuid, key.session_id, message_id
                     )
                 if self.stores.supervision is not None:
-                    await self.stores.supervision.delete(
-                        key.tenant, key.requester_uuid, key.session_id, message_id, epoch
-                    )
+                    await rows.delete(self.stores.supervision, key, message_id, epoch)
 
         self._in_background(forget())
 
@@ -1029,6 +1040,19 @@ class ChatHandler:
         # Released last, once nothing of this replica writes: any turn it leaves
         # running then reads dead to the others at once, not after the threshold.
         await self.presence.aclose()
+
+
+def _refusal(key: ConversationKey, refused: ClaimRefusedError) -> Exception:
+    """What a refused claim answers: 409 naming the occupant, or 410 when a
+    resume finds its turn gone."""
+    occupant = refused.occupant
+    if occupant is None:
+        return TurnEndedError("the turn to resume no longer exists")
+    return ConversationBusyError(
+        f"the conversation is busy with turn {occupant.message_id}",
+        message_id=occupant.message_id,
+        session_id=key.session_id,
+    )
 
 
 async def _told(*items: StreamEvent | StreamEnd) -> AsyncIterator[StreamEvent | StreamEnd]:

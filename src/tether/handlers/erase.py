@@ -8,28 +8,46 @@ fences each store keeps per conversation, so that epochs still only grow and
 a producer paused past the erase can never write again.
 
 A conversation with a live turn is not erased (409): its producer would write
-on. A dead turn's producer may only be paused, so the stores are fenced at the
-next epoch first; a finished turn has no producer left. The supervision row
-is removed guarded by its turn and epoch, so a newer turn's row is left alone.
-The transcript goes last: an erase that fails half-way (a store outage) can be
-repeated, because the conversation is still there to be deleted.
+on. Otherwise the erase first takes the supervision row (``conversation_row``:
+``ERASE``, a tombstone at the next epoch, every other store fenced at it), so
+a dead turn's producer, only paused perhaps, can write nothing more, and no
+claim made during the erase wins: not a takeover resuming that dead turn, not
+a queued turn a status poll kicks, not a new message. An erase that loses the
+row to one of them answers 409 and has erased nothing. The tombstone goes
+last, guarded by its epoch; the stores keep the epoch and their fences.
+The transcript goes just before it: an erase that fails half-way (a store
+outage, a replica killed) can be repeated, because the conversation is still
+there to be deleted, and its tombstone reads dead and frees the row
+(``conversation_row.is_stuck``).
 
-What stays possible: a turn that starts *while* its conversation is being
-erased (the owner racing their own delete, or retention racing a user who
-comes back at that very moment) may lose its first checkpoint or find its
-transcript gone; it then runs as a turn of a new conversation.
+What stays possible: an erase slower than the dead threshold between taking
+the row and removing the transcript finds its tombstone taken (a new turn
+may claim a dead erase's row) and answers 409 with the transcript still
+there; the checkpoint and recording it removed belonged to the conversation
+being erased.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.chat_stream_supervision_store import ChatStreamSupervision
 from tether.handlers.errors import ConversationBusyError
+from tether.runtime import conversation_row as rows
+from tether.runtime.conversation_row import ERASING_ID, Move
 from tether.runtime.fenced_writer import raise_fences
-from tether.runtime.lease import ConversationKey
+from tether.runtime.lease import (
+    ClaimRefusedError,
+    Clock,
+    ConversationKey,
+    FencedError,
+    Lease,
+    Producer,
+    take,
+)
 from tether.runtime.turn_stores import TurnStores
 
 RunningLocally = Callable[[ConversationKey], str | None]
@@ -42,9 +60,10 @@ async def erase_conversation(
     requester_uuid: str | None,
     session_id: str,
     *,
-    now: datetime,
+    clock: Clock,
     dead_after: timedelta,
     running_locally: RunningLocally | None = None,
+    producer: Producer = lambda: None,
 ) -> bool:
     """Erase the conversation ``(tenant, session_id)`` of owner ``requester_uuid``:
     its transcript, checkpoint, recording and supervision row. Returns whether
@@ -58,19 +77,18 @@ async def erase_conversation(
     owner = normalize_owner(requester_uuid)
     key = ConversationKey(tenant, owner, session_id)
     conversations = stores.conversation
+    summary = None
     if conversations is not None:
         summary = await conversations.get_conversation(tenant, owner, session_id)
         if summary is not None and summary.owner_uuid != owner:
             raise ConversationNotOwnedError(f"only the owner may delete {session_id!r}")
+    tombstone: Lease | None = None
     row = None
     if stores.supervision is not None:
         row = await stores.supervision.read(tenant, owner, session_id)
-        if row is not None and row.is_live(now, dead_after):
-            raise ConversationBusyError(
-                f"turn {row.message_id} is running in this conversation; cancel it first",
-                message_id=row.message_id,
-                session_id=session_id,
-            )
+        if row is None and conversations is not None and summary is None:
+            return False  # nothing to erase, and nothing to take
+        tombstone = await _take_row(stores, key, row, clock, dead_after, producer)
     elif running_locally is not None and (running := running_locally(key)) is not None:
         # Without a supervision store only this replica's own turns can be known.
         raise ConversationBusyError(
@@ -78,18 +96,62 @@ async def erase_conversation(
             message_id=running,
             session_id=session_id,
         )
-    if row is not None and row.status is ChatStreamStatus.RUNNING:
-        # A dead turn: its producer may be paused, not gone. Fence it out first.
-        await raise_fences(stores, key, row.epoch + 1)
     if stores.agent_state is not None:
         await stores.agent_state.delete(tenant, owner, session_id)
     if stores.recording is not None:
         record = await stores.recording.read(tenant, owner, session_id)
-        turns = {r.message_id for r in (record, row) if r is not None}
+        turns = {r.message_id for r in (record, row) if r is not None} - {ERASING_ID}
         for message_id in sorted(turns):
             await stores.recording.delete(tenant, owner, session_id, message_id)
-    if row is not None and stores.supervision is not None:
-        await stores.supervision.delete(tenant, owner, session_id, row.message_id, row.epoch)
-    if conversations is None:
-        return False
-    return await conversations.delete_conversation(tenant, owner, session_id)
+    if tombstone is not None:
+        try:
+            # Still ours: nothing claimed the conversation while we erased it.
+            await tombstone.renew()
+        except FencedError as lost:
+            raise _busy(session_id, "the conversation was claimed while it was erased") from lost
+    erased = False
+    if conversations is not None:
+        erased = await conversations.delete_conversation(tenant, owner, session_id)
+    if tombstone is not None:
+        await tombstone.delete_row()
+    return erased
+
+
+async def _take_row(
+    stores: TurnStores,
+    key: ConversationKey,
+    row: ChatStreamSupervision | None,
+    clock: Clock,
+    dead_after: timedelta,
+    producer: Producer,
+) -> Lease:
+    """The erase's tombstone over ``row`` as read; 409 when a turn holds it
+    live or it changed hands since it was read."""
+    assert stores.supervision is not None
+    state = rows.state_of(row, clock(), dead_after)
+    stuck = rows.is_stuck(row, clock(), dead_after)
+    if row is not None and not (rows.may(Move.ERASE, state) or stuck):
+        raise _busy(
+            key.session_id,
+            f"turn {row.message_id} is running in this conversation; cancel it first",
+            row.message_id,
+        )
+    try:
+        return await take(
+            stores.supervision,
+            key,
+            row,
+            ERASING_ID,
+            clock,
+            functools.partial(raise_fences, stores, key),
+            producer,
+        )
+    except ClaimRefusedError as refused:
+        holder = refused.occupant.message_id if refused.occupant is not None else ""
+        raise _busy(
+            key.session_id, "the conversation changed hands during the erase; try again", holder
+        ) from refused
+
+
+def _busy(session_id: str, message: str, message_id: str = "") -> ConversationBusyError:
+    return ConversationBusyError(message, message_id=message_id, session_id=session_id)

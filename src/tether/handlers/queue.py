@@ -60,6 +60,7 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
+from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
@@ -73,7 +74,6 @@ QUEUED_SUFFIX = "-queued"
 _KICK_TRIES = 5
 """Queued turns one kick skips (cancelled or started meanwhile) before it
 leaves the rest to the next kick."""
-_CANCEL_TRIES = 3
 AttachLater = Callable[[int], Awaitable[AsyncIterator[StreamEvent | StreamEnd]]]
 """How ``follow_when_started`` attaches once the turn runs: the handler's own
 attach from a start index, the reader's identity bound."""
@@ -263,7 +263,7 @@ class TurnQueue:
                 # It can never run: take it out of the queue (logged) rather
                 # than block the turns behind it.
                 logger.warning("queued turn %s cannot start: %s", head.message_id, error)
-                await self._drop(key, head.message_id)
+                await self.take_out(key, head.message_id, row)  # refused: read again
                 continue
             return turn.message_id
         return None
@@ -328,16 +328,11 @@ class TurnQueue:
             # its own user message, so it no longer "waits"), or it waits for
             # another replica's start: not a cancelled hand-off to end.
             return
-        ended = ChatStreamSupervision(
-            status=ChatStreamStatus.CANCELLED,
-            heartbeat_at=self._handler.clock(),
-            message_id=message_id,
-            epoch=epoch + 1,
+        ended = rows.verdict(
+            message_id, epoch + 1, ChatStreamStatus.CANCELLED, self._handler.clock()
         )
         # Fenced at the hand-off's epoch: a claim landing after the read wins.
-        if await supervision.compare_and_swap(
-            key.tenant, key.requester_uuid, key.session_id, epoch, ended
-        ):
+        if await rows.write(supervision, key, epoch, ended):
             await self.kick(key)
 
     async def _hand_off(self, key: ConversationKey, head: Waiting) -> bool:
@@ -381,54 +376,32 @@ class TurnQueue:
         if not await self.is_waiting(key, message_id):
             raise AlreadyDequeuedError(message_id)
 
-    async def remove(self, key: ConversationKey, message_id: str, epoch: int) -> None:
-        """Remove the queued copy of a turn that started (its own user message
-        is in the transcript already), fenced at its epoch."""
-        await self._conversations().remove_fenced(
+    async def remove(self, key: ConversationKey, message_id: str, epoch: int) -> bool:
+        """Remove the queued copy of turn ``message_id``, fenced at ``epoch``
+        (a started turn's own, or a cancel's); whether the store took it."""
+        return await self._conversations().remove_fenced(
             key.tenant, key.requester_uuid, key.session_id, [queued_id(message_id)], epoch=epoch
         )
 
     # ------------------------------------------------------------ cancel
 
-    async def cancel(self, key: ConversationKey, message_id: str) -> bool:
-        """Take ``message_id`` out of the queue; False when it does not wait
-        (it started, ended, or never was queued). Fenced at the row's epoch,
-        so a claim that starts the turn meanwhile wins, and the cancel then
-        cancels the running turn instead."""
-        if not self.supported:
+    async def take_out(
+        self, key: ConversationKey, message_id: str, row: ChatStreamSupervision | None
+    ) -> bool:
+        """Take queued turn ``message_id`` out of the queue before it starts,
+        fenced at the epoch of the row as read (``row``): refused once a claim
+        has moved the row on (which may be this very turn's start, which
+        checks that it still waits only after fencing the transcript). Whether
+        it was taken out: False when it does not wait or a claim was first."""
+        if not self.supported or not await self.is_waiting(key, message_id):
             return False
-        supervision = self._handler.stores.supervision
-        assert supervision is not None
-        for _ in range(_CANCEL_TRIES):
-            row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
-            if row is not None and row.message_id == message_id:
-                return False  # it started: a running turn's cancel
-            if not await self.is_waiting(key, message_id):
-                return False
-            if await self._drop(key, message_id):
-                return True
-        raise ConversationBusyError(
-            f"turn {message_id} changed hands while cancelling; try again",
-            message_id=message_id,
-            session_id=key.session_id,
-        )
-
-    async def _drop(self, key: ConversationKey, message_id: str) -> bool:
-        """Remove a queued message, fenced at the conversation's current epoch:
-        refused if a claim (which may be this very turn's) has moved it on."""
-        supervision = self._handler.stores.supervision
-        assert supervision is not None
-        row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
-        if row is not None and row.message_id == message_id:
-            return False  # it has just been claimed: it runs, or ran
-        epoch = (
-            row.epoch
-            if row is not None
-            else await supervision.last_epoch(key.tenant, key.requester_uuid, key.session_id)
-        )
-        return await self._conversations().remove_fenced(
-            key.tenant, key.requester_uuid, key.session_id, [queued_id(message_id)], epoch=epoch
-        )
+        if row is None:
+            supervision = self._handler.stores.supervision
+            assert supervision is not None
+            epoch = await supervision.last_epoch(key.tenant, key.requester_uuid, key.session_id)
+        else:
+            epoch = row.epoch
+        return await self.remove(key, message_id, epoch)
 
     # ------------------------------------------------------------ following
 

@@ -59,11 +59,10 @@ from tether.domain.chat_conversation_store import (
     ConversationNotOwnedError,
     ConversationSummary,
 )
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import ConversationBusyError
 from tether.runtime import background
-from tether.runtime.lease import ConversationKey, FencedError, Lease
+from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError, Lease, take
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.stores import StoreBundle, StoreURLError
@@ -124,10 +123,12 @@ async def prune_stores(
     now: datetime,
     dead_after: timedelta,
     before_erase: Callable[[], Awaitable[bool]] | None = None,
+    clock: Clock = lambda: datetime.now(UTC),
 ) -> PruneReport:
     """``prune`` over the stores a server holds. ``before_erase`` runs before
     each erase (the runner renews its lease there); when it returns False the
-    prune stops and returns what it did so far."""
+    prune stops and returns what it did so far. ``clock`` stamps each
+    erase's tombstone (``handlers.erase``)."""
     conversations = stores.conversation
     if conversations is None:
         raise StoreURLError("pruning needs a conversation store; these URLs have none")
@@ -146,7 +147,7 @@ async def prune_stores(
                 continue
             if before_erase is not None and not await before_erase():
                 return report
-            await _prune_one(stores, summary, report, now=now, dead_after=dead_after)
+            await _prune_one(stores, summary, report, clock=clock, dead_after=dead_after)
         if listed.next_cursor is None:
             return report
         cursor = listed.next_cursor
@@ -157,7 +158,7 @@ async def _prune_one(
     summary: ConversationSummary,
     report: PruneReport,
     *,
-    now: datetime,
+    clock: Clock,
     dead_after: timedelta,
 ) -> None:
     assert stores.conversation is not None
@@ -169,7 +170,7 @@ async def _prune_one(
         report.skipped.append((summary, "updated since it was listed"))
         return
     try:
-        await erase_conversation(stores, tenant, owner, session, now=now, dead_after=dead_after)
+        await erase_conversation(stores, tenant, owner, session, clock=clock, dead_after=dead_after)
     except ConversationBusyError as busy:
         report.skipped.append((summary, f"turn {busy.message_id} is running"))
     except ConversationNotOwnedError:
@@ -252,6 +253,7 @@ class RetentionRunner:
             now=self._clock(),
             dead_after=self._dead_after,
             before_erase=renew,
+            clock=self._clock,
         )
         return RetentionRun(report=report, lease_lost=lost)
 
@@ -259,28 +261,17 @@ class RetentionRunner:
         """Our lease, or the ``message_id`` of the replica that holds it."""
         key, store = LEASE_KEY, self._supervision
         current = await store.read(key.tenant, key.requester_uuid, key.session_id)
-        now = self._clock()
         if (
             current is not None
             and current.message_id != self.holder
-            and current.is_live(now, self.interval)
+            and current.is_live(self._clock(), self.interval)
         ):
             return current.message_id
-        if current is None:
-            # Epochs outlive their rows: continue after the last one ever granted.
-            expected = None
-            epoch = await store.last_epoch(key.tenant, key.requester_uuid, key.session_id) + 1
-        else:
-            expected, epoch = current.epoch, current.epoch + 1
-        row = ChatStreamSupervision(
-            status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id=self.holder, epoch=epoch
-        )
-        if not await store.compare_and_swap(
-            key.tenant, key.requester_uuid, key.session_id, expected, row
-        ):
-            winner = await store.read(key.tenant, key.requester_uuid, key.session_id)
+        try:
+            return await take(store, key, current, self.holder, self._clock, None)
+        except ClaimRefusedError as refused:
+            winner = refused.occupant
             return "another replica" if winner is None else winner.message_id
-        return Lease(store, key, self.holder, epoch, self._clock)
 
     def start(self) -> None:
         """Run now, then once per interval, in a background task."""

@@ -49,6 +49,7 @@ keeps the client-driven resume only; the server says so at start-up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -63,11 +64,14 @@ from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionSto
 from tether.handlers.errors import (
     ConversationBusyError,
     TurnEndedError,
+    TurnNotFoundError,
     TurnRequestError,
     UnknownAgentError,
 )
 from tether.handlers.retention import LEASE_KEY
 from tether.runtime import background
+from tether.runtime import conversation_row as rows
+from tether.runtime.conversation_row import RowState
 from tether.runtime.lease import ConversationKey
 
 if TYPE_CHECKING:
@@ -236,6 +240,18 @@ class AutomaticTakeover:
         handler = self._handler
         key = ConversationKey(stale.tenant, stale.requester_uuid or "", stale.session_id)
         message_id = stale.supervision.message_id
+        state = rows.state_of(stale.supervision, handler.clock(), handler.dead_after)
+        if state is RowState.ERASING:
+            # An erase that died half way: free the row (the erase may be repeated).
+            store = handler.stores.supervision
+            assert store is not None
+            await rows.delete(store, key, message_id, stale.supervision.epoch)
+            return True
+        if state is RowState.CANCELLING:
+            # A cancel that died half way: the user asked for it, so finish it.
+            with contextlib.suppress(TurnEndedError, TurnNotFoundError):
+                await handler.cancel(key.tenant, key.requester_uuid, key.session_id, message_id)
+            return True
         marker = await self._marker(key, message_id)
         if marker is None and await handler.queue.start_handed_off(key, message_id):
             return True  # a queued turn whose starter drained or died before its marker

@@ -44,6 +44,8 @@ from tether.domain.turn_context import TurnContext
 from tether.handlers.queue import without_queued
 from tether.handlers.turn_ends import kept_answer
 from tether.metrics import TetherMetrics
+from tether.runtime import conversation_row as rows
+from tether.runtime.conversation_row import RowState
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
 from tether.runtime.follower import has_push, is_regression, shows_the_same
@@ -722,9 +724,10 @@ class Turn:
 
     async def _fenced_end(self) -> StreamEnd:
         """What local readers hear when another writer took the lease: a cancel
-        says cancelled, and so does a newer turn in the row (an interrupt or a
-        rollback cancelled this one before it claimed; nothing carries this
-        turn on); a takeover says ask the status (the turn lives elsewhere)."""
+        says cancelled (finished, or still keeping the partial), and so does a
+        newer turn in the row (an interrupt or a rollback cancelled this one
+        before it claimed; nothing carries this turn on); a takeover says ask
+        the status (the turn lives elsewhere)."""
         self.writer.fence()
         if self.lease is None:
             return StreamEnd("gone")
@@ -732,7 +735,9 @@ class Turn:
         with contextlib.suppress(Exception):
             row = await self.lease.store.read(k.tenant, k.requester_uuid, k.session_id)
             if row is not None and (
-                row.message_id != self.message_id or row.status is ChatStreamStatus.CANCELLED
+                row.message_id != self.message_id
+                or row.status is ChatStreamStatus.CANCELLED
+                or rows.state_of(row, self._clock(), self._dead_after) is RowState.CANCELLING
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")

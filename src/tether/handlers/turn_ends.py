@@ -43,16 +43,19 @@ def kept_answer(
     error: tuple[str, str] | None = None,
 ) -> ChatMessage | None:
     """What the transcript keeps of turn ``message_id``, which ended ``status``
-    with ``partial`` written (None: nothing). An ``error`` (code, message) is
-    kept even with nothing written, as an empty answer: the transcript then
-    says why the turn has none."""
+    with ``partial`` written (None: nothing). An ``error`` (code, message) or a
+    cancel is kept even with nothing written, as an empty answer: the
+    transcript then says why the turn has none."""
     if partial is not None:
         partial = _closed_tool_calls(partial, _CUT_OFF_CALL.get(status, _CUT_OFF_CALL["errored"]))
     if error is not None:
         return _with_part(
             partial, session_id, message_id, {"turn_error": {"code": error[0], "message": error[1]}}
         )
-    if status == "cancelled" and partial is not None:
+    if status == "cancelled":
+        # Kept even with nothing written, as an empty answer: every question
+        # in the transcript has one verdict, so the next turn's model reads
+        # user and assistant messages alternating.
         return _with_part(partial, session_id, message_id, {"turn_cancelled": True})
     return partial
 

@@ -28,13 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from tether.domain.chat_stream_supervision_store import (
-    ChatStreamStatus,
-    ChatStreamSupervision,
-    ChatStreamSupervisionStore,
-    SupervisionSwap,
-)
+from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
 from tether.runtime import background
+from tether.runtime import conversation_row as rows
 from tether.runtime.lease import Lease
 
 logger = logging.getLogger(__name__)
@@ -141,24 +137,15 @@ class HeartbeatBatcher:
         if not held:
             return
         now = self._clock()
-        swaps = [
-            SupervisionSwap(
-                h.lease.key.tenant,
-                h.lease.key.requester_uuid,
-                h.lease.key.session_id,
-                h.lease.epoch,
-                ChatStreamSupervision(
-                    status=ChatStreamStatus.RUNNING,
-                    heartbeat_at=now,
-                    message_id=h.lease.message_id,
-                    epoch=h.lease.epoch,
-                    producer=h.lease.producer,
-                ),
+        renewals = [
+            (
+                h.lease.key,
+                rows.running(h.lease.message_id, h.lease.epoch, now, h.lease.producer),
             )
             for h in held
         ]
         try:
-            results = await store.compare_and_swap_many(swaps)
+            results = await rows.renew_many(store, renewals)
         except Exception:
             logger.warning("heartbeat batch of %d failed; will retry", len(held), exc_info=True)
             for h in held:

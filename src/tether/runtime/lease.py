@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from tether.domain.chat_stream_supervision_store import (
@@ -24,6 +24,9 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
 )
+from tether.runtime import conversation_row as rows
+from tether.runtime.conversation_key import ConversationKey
+from tether.runtime.conversation_row import LONG_AGO, Move, RowState
 
 logger = logging.getLogger(__name__)
 
@@ -33,19 +36,11 @@ RaiseFences = Callable[[int], Awaitable[None]]
 Producer = Callable[[], "str | None"]
 """This replica's presence id now (``ReplicaPresence.producer``), or None."""
 
-
-_LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
+__all__ = ["ClaimRefusedError", "ConversationKey", "FencedError", "Lease", "claim"]
 
 
 class FencedError(Exception):
     """This producer no longer owns the turn (a takeover, a cancel, a newer turn)."""
-
-
-@dataclass(frozen=True)
-class ConversationKey:
-    tenant: str
-    requester_uuid: str
-    session_id: str
 
 
 class TakeoverCause(StrEnum):
@@ -116,17 +111,12 @@ class Lease:
         self, status: ChatStreamStatus, *, heartbeat_at: datetime | None = None, bump: bool
     ) -> bool:
         new_epoch = self.epoch + 1 if bump else self.epoch
-        row = ChatStreamSupervision(
-            status=status,
-            heartbeat_at=heartbeat_at or self._clock(),
-            message_id=self.message_id,
-            epoch=new_epoch,
-            producer=self.producer,
-        )
-        k = self.key
-        written = await self.store.compare_and_swap(
-            k.tenant, k.requester_uuid, k.session_id, self.epoch, row
-        )
+        now = heartbeat_at or self._clock()
+        if status is ChatStreamStatus.RUNNING:
+            row = rows.running(self.message_id, new_epoch, now, self.producer)
+        else:
+            row = rows.verdict(self.message_id, new_epoch, status, now)
+        written = await rows.write(self.store, self.key, self.epoch, row)
         if written:
             self.row_epoch = new_epoch
         return written
@@ -158,7 +148,7 @@ class Lease:
         if self.lost:
             raise FencedError(self.message_id)
         self.lost = True
-        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=_LONG_AGO, bump=True):
+        if not await self._swap(ChatStreamStatus.RUNNING, heartbeat_at=LONG_AGO, bump=True):
             raise FencedError(self.message_id)
         # Other replicas' takeover loops look now, not at their next scan
         # (best effort: a lost announcement is a turn found by that scan).
@@ -179,16 +169,8 @@ class Lease:
         ``done`` (the turn's answer is in the transcript already)."""
         if self.lost:
             raise FencedError(self.message_id)
-        row = ChatStreamSupervision(
-            status=ChatStreamStatus.RUNNING,
-            heartbeat_at=_LONG_AGO,
-            message_id=message_id,
-            epoch=self.epoch + 1,
-        )
-        k = self.key
-        if not await self.store.compare_and_swap(
-            k.tenant, k.requester_uuid, k.session_id, self.epoch, row
-        ):
+        row = rows.running(message_id, self.epoch + 1, LONG_AGO, None)
+        if not await rows.write(self.store, self.key, self.epoch, row):
             self.lost = True
             raise FencedError(self.message_id)
         self.row_epoch = row.epoch
@@ -196,10 +178,7 @@ class Lease:
     async def delete_row(self) -> None:
         """Remove the row if it is still exactly as we left it (clean-up after
         the grace period); the store keeps the epoch."""
-        k = self.key
-        await self.store.delete(
-            k.tenant, k.requester_uuid, k.session_id, self.message_id, self.row_epoch
-        )
+        await rows.delete(self.store, self.key, self.message_id, self.row_epoch)
 
 
 async def claim(
@@ -215,11 +194,15 @@ async def claim(
     producer: Producer = lambda: None,
     gone: Collection[str] = (),
 ) -> Lease:
-    """Claim the conversation for ``message_id`` at the next epoch.
+    """Claim the conversation for ``message_id`` at the next epoch
+    (``conversation_row``: ``CLAIM`` or ``TAKE_OVER``).
 
-    A new turn may claim a conversation with no row, a finished row, or a dead
-    one. A takeover (``takeover_of``) may claim only a dead row of that turn.
-    Raises ClaimRefusedError naming the occupant otherwise, or when another
+    A new turn may claim a ``FREE`` conversation (or one whose erase died
+    half way), and the queued turn a row was passed on to may take that row.
+    A new turn never claims a ``DEAD`` turn's row: that turn can still be
+    resumed, and its caller decides (``handlers``). A takeover
+    (``takeover_of``) may claim only a dead row of that turn. Raises
+    ClaimRefusedError naming the occupant otherwise, or when another
     replica's compare-and-swap won the race. The lease of a takeover says its
     cause (``automatic`` when a replica's takeover loop claims) and since when
     the turn was dead. A row whose producer is among the replicas known
@@ -235,43 +218,55 @@ async def claim(
     """
     current = await store.read(key.tenant, key.requester_uuid, key.session_id)
     now = clock()
-    if current is not None and current.is_live(now, dead_after, gone):
-        raise ClaimRefusedError(current)
-    if takeover_of is not None and (
-        current is None
-        or current.message_id != takeover_of
-        or not current.is_dead(now, dead_after, gone)
-    ):
-        raise ClaimRefusedError(current)
-    expected = None if current is None else current.epoch
-    if current is None:
-        # Epochs outlive their rows: continue after the last one ever granted.
-        epoch = await store.last_epoch(key.tenant, key.requester_uuid, key.session_id) + 1
+    state = rows.state_of(current, now, dead_after, gone)
+    if takeover_of is not None:
+        allowed = (
+            rows.may(Move.TAKE_OVER, state)
+            and current is not None
+            and current.message_id == takeover_of
+        )
     else:
-        epoch = current.epoch + 1
+        allowed = (
+            rows.may(Move.CLAIM, state)
+            or (state is RowState.DEAD and current is not None and current.message_id == message_id)
+            or (state is RowState.ERASING and rows.is_stuck(current, now, dead_after))
+        )
+    if not allowed:
+        raise ClaimRefusedError(current)
+    lease = await take(store, key, current, message_id, clock, raise_fences, producer)
+    if takeover_of is not None and current is not None:
+        lease.takeover = _takeover(current, now, dead_after, automatic=automatic)
+    return lease
+
+
+async def take(
+    store: ChatStreamSupervisionStore,
+    key: ConversationKey,
+    current: ChatStreamSupervision | None,
+    message_id: str,
+    clock: Clock,
+    raise_fences: RaiseFences | None,
+    producer: Producer = lambda: None,
+) -> Lease:
+    """Take the row as read (``current``) for ``message_id`` at the next
+    epoch, whatever holds it: the write of every move that claims (a claim, a
+    takeover, a cancel, an erase), the caller having decided by the table
+    that the move is allowed. Raises ClaimRefusedError naming the new holder
+    when the row moved on since it was read."""
+    epoch = await rows.next_epoch(store, key, current)
     if raise_fences is not None:
         await raise_fences(epoch)
-    row = ChatStreamSupervision(
-        status=ChatStreamStatus.RUNNING,
-        heartbeat_at=now,
-        message_id=message_id,
-        epoch=epoch,
-        producer=producer(),
-    )
-    if not await store.compare_and_swap(
-        key.tenant, key.requester_uuid, key.session_id, expected, row
-    ):
+    row = rows.running(message_id, epoch, clock(), producer())
+    expected = None if current is None else current.epoch
+    if not await rows.write(store, key, expected, row):
         raise ClaimRefusedError(await store.read(key.tenant, key.requester_uuid, key.session_id))
-    taken = None
-    if takeover_of is not None and current is not None:
-        taken = _takeover(current, now, dead_after, automatic=automatic)
-    return Lease(store, key, message_id, epoch, clock, taken, producer)
+    return Lease(store, key, message_id, epoch, clock, None, producer)
 
 
 def _takeover(
     dead: ChatStreamSupervision, now: datetime, dead_after: timedelta, *, automatic: bool
 ) -> Takeover:
-    if dead.heartbeat_at == _LONG_AGO:
+    if dead.heartbeat_at == LONG_AGO:
         return Takeover(TakeoverCause.DRAIN, now)
     cause = TakeoverCause.AUTOMATIC if automatic else TakeoverCause.CLIENT
     # Read dead by its producer's free presence lock, before the threshold:

@@ -135,9 +135,10 @@ async def delete_conversation(
         tenant,
         requester,
         session_id,
-        now=handler.clock(),
+        clock=handler.clock,
         dead_after=handler.dead_after,
         running_locally=handler.running_turn_of,
+        producer=lambda: handler.presence.producer,
     )
     if not await _call(erased, "delete"):
         raise TurnNotFoundError(f"no conversation {session_id!r}")

@@ -1,0 +1,154 @@
+"""Cancelling a turn, running or queued, from any replica.
+
+A cancel that returns is final: the cancelled turn never produces afterwards
+(design invariant 14), and the partial answer its readers were shown stays
+in the transcript (13). What it does depends on the conversation's row as
+read (``runtime.conversation_row``):
+
+- The row names another turn, or none: the turn is queued. It is taken out
+  of the queue, fenced at the row's epoch, so a claim that starts it
+  meanwhile (a queue kick on any replica) makes the removal fail, and the
+  cancel reads again and cancels it as a running turn.
+- The row was passed on to the turn (``DEAD`` and the turn still queued):
+  it has not started. Out of the queue first, at the row's epoch, before
+  anything can start it; then its verdict. A start that claimed in between
+  finds it gone and gives the conversation back.
+- The turn runs, live or dead (or a cancel of it died half way): the cancel
+  takes the row (``CANCEL``: ``CANCELLING`` at the next epoch, every store
+  fenced there), so its producer, wherever it runs, can change nothing more;
+  then, while the conversation is still held, it takes the turn's queued
+  copy out if it has one, keeps the newest recorded message as the partial
+  answer, and only then writes the verdict (``FINISH``), which frees the
+  conversation. A write refused on the way means another hand took the row;
+  the cancel reads it again.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.handlers.errors import ConversationBusyError, TurnEndedError, TurnNotFoundError
+from tether.runtime import conversation_row as rows
+from tether.runtime.conversation_row import CANCELLER, RowState
+from tether.runtime.fenced_writer import raise_fences
+from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError, take
+
+if TYPE_CHECKING:
+    from tether.handlers.chat_handler import ChatHandler
+    from tether.handlers.turn import Turn
+
+_TRIES = 4
+"""Reads of the row one cancel makes: more than one only when other hands
+keep moving the row (a start, a takeover) while it cancels."""
+
+
+async def cancel_turn(
+    handler: ChatHandler, key: ConversationKey, message_id: str, local: Turn | None
+) -> None:
+    """Cancel ``message_id`` of conversation ``key`` (see the module). Raises
+    ``TurnNotFoundError`` (no such turn), ``TurnEndedError`` (it ended before
+    the cancel) or ``ConversationBusyError`` (another cancel holds it, or the
+    row kept changing hands: try again)."""
+    store = handler.stores.supervision
+    assert store is not None
+    took = False
+    for _ in range(_TRIES):
+        row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+        if row is None or row.message_id != message_id:
+            if await handler.queue.take_out(key, message_id, row):
+                return
+            if await handler.queue.is_waiting(key, message_id):
+                continue  # the row moved under the removal: read it again
+            raise TurnNotFoundError(f"turn {message_id} is not running or queued")
+        state = rows.state_of(row, handler.clock(), handler.dead_after, handler.presence.gone)
+        if state is RowState.FREE:
+            if took and row.status is ChatStreamStatus.CANCELLED:
+                return  # our cancel, finished by another hand after ours stalled
+            raise TurnEndedError(f"turn {message_id} already ended ({row.status.value})")
+        if state is RowState.DEAD and await handler.queue.is_waiting(key, message_id):
+            if await _cancel_passed_on(handler, key, row):
+                return
+            continue
+        if state is RowState.CANCELLING and not rows.is_stuck(
+            row, handler.clock(), handler.dead_after
+        ):
+            raise ConversationBusyError(
+                f"turn {message_id} is being cancelled; ask its status",
+                message_id=message_id,
+                session_id=key.session_id,
+            )
+        took = True
+        if await _cancel_running(handler, key, row, local):
+            return
+    raise ConversationBusyError(
+        f"turn {message_id} changed hands while cancelling; try again",
+        message_id=message_id,
+        session_id=key.session_id,
+    )
+
+
+async def _cancel_passed_on(
+    handler: ChatHandler, key: ConversationKey, row: ChatStreamSupervision
+) -> bool:
+    """Cancel the queued turn the row was passed on to, before it starts;
+    whether it is cancelled (False: a start claimed it first: read again)."""
+    if not await handler.queue.take_out(key, row.message_id, row):
+        return False
+    store = handler.stores.supervision
+    assert store is not None
+    ended = rows.verdict(row.message_id, row.epoch + 1, ChatStreamStatus.CANCELLED, handler.clock())
+    # Refused: another hand claimed the row since the removal (a start, which
+    # finds the turn gone and gives the row back, or the reaper, which ends
+    # a turn whose question was never recorded ``cancelled``). Either way the
+    # turn is out of the queue and can never start: the cancel holds.
+    await rows.write(store, key, row.epoch, ended)
+    return True
+
+
+async def _cancel_running(
+    handler: ChatHandler, key: ConversationKey, row: ChatStreamSupervision, local: Turn | None
+) -> bool:
+    """Cancel the running turn ``row`` names; whether it is cancelled (False:
+    the row changed hands on the way: read again)."""
+    store = handler.stores.supervision
+    assert store is not None
+    message_id = row.message_id
+    ours = (
+        local is not None
+        and local.lease is not None
+        and local.key == key
+        and local.lease.epoch == row.epoch
+    )
+    if ours:
+        assert local is not None
+        # Ours and live: stop it and flush what its clients saw first.
+        await local.stop_for_cancel()
+    try:
+        lease = await take(
+            store,
+            key,
+            row,
+            message_id,
+            handler.clock,
+            functools.partial(raise_fences, handler.stores, key),
+            lambda: CANCELLER,
+        )
+    except ClaimRefusedError:
+        return False
+    if local is not None and local.key == key:
+        local.cancelled()
+    if await handler.queue.is_waiting(key, message_id):
+        # Claimed by a start that had not yet recorded its question: its
+        # queued copy goes too, or a later kick would start it again.
+        if not await handler.queue.remove(key, message_id, lease.epoch):
+            return False
+    if not await handler.keep_partial_answer(key, message_id, lease.epoch):
+        return False
+    try:
+        await lease.finish(ChatStreamStatus.CANCELLED)
+    except FencedError:
+        return False
+    handler.forget_later(key, message_id, lease.row_epoch)
+    return True

@@ -1,0 +1,312 @@
+"""The conversation's row under the races that broke it (``runtime.conversation_row``).
+
+Each test stages one interleaving that lost an answer, ran a cancelled turn
+or left erased data behind, deterministically: in-process replicas over one
+set of in-memory stores (``tests.support.scripted``), a manual clock, and a
+store call held at a named point (``tether.testing.interleavings.hold``)
+while another replica acts. Each failed before the row had one owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.support.scripted import AGENT, ScriptedCluster, question
+from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.domain.chat_request import ChatRequest, MultitaskStrategy, RequestHeaders
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.erase import erase_conversation
+from tether.handlers.queue import Ticket, queued_id, waiting_in
+from tether.handlers.turn import Turn
+from tether.handlers.turn_ends import ending_of
+from tether.runtime.lease import ConversationKey
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.testing.interleavings import hold
+
+KEY = ConversationKey("t", "u", "s1")
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[ScriptedCluster]:
+    staged = ScriptedCluster()
+    try:
+        yield staged
+    finally:
+        await staged.aclose()
+
+
+async def _enqueue(replica: ChatHandler, text: str) -> Ticket:
+    request = ChatRequest(
+        tenant="t",
+        request_headers=RequestHeaders(requester_uuid="u"),
+        agent_identifier=AGENT,
+        conversation=[question(text)],
+        stateful=True,
+        session_id="s1",
+        multitask_strategy="enqueue",
+    )
+    queued = await replica.queue.submit(request)
+    assert isinstance(queued, Ticket), "the conversation was busy: the turn should wait"
+    return queued
+
+
+def _answer(cluster: ScriptedCluster, message_id: str, text: str, producer: int = 0) -> None:
+    script = cluster.scripts.of(message_id, producer)
+    script.say(text)
+    script.finish()
+
+
+async def _half_said(cluster: ScriptedCluster, replica: ChatHandler, turn: Turn) -> None:
+    """``turn`` has said "Half", checkpointed it, and its recording holds it,
+    as after a flush."""
+    script = cluster.scripts.of(turn.message_id)
+    script.say("Half")
+    script.checkpoint()
+    script.say("")  # spoken once the checkpoint is made
+    await script.spoken(2)
+    assert replica.flusher is not None
+    await replica.flusher.flush()
+
+
+def _dies_after_its_last_write(replica: ChatHandler) -> None:
+    """``replica`` starts nothing after its turns' last writes, as when it is
+    killed right after them."""
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    replica.queue.start_passed_on = nothing  # type: ignore[method-assign,assignment]
+    replica.queue.kick = nothing  # type: ignore[method-assign,assignment]
+
+
+def _shape(transcript: list[ChatMessage]) -> list[tuple[str, str]]:
+    return [(m.sender.value, m.content) for m in transcript if m.queued is None]
+
+
+def _bot(transcript: list[ChatMessage], message_id: str) -> ChatMessage:
+    return next(
+        m for m in transcript if m.message_id == message_id and m.sender is ChatMessageSender.BOT
+    )
+
+
+async def _events(replica: ChatHandler, message_id: str) -> list[StreamEvent | StreamEnd]:
+    events, _ = await replica.attach("t", "u", "s1", message_id, 0)
+    async with asyncio.timeout(10):
+        return [item async for item in events]
+
+
+# 1 -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["reject", "enqueue", "interrupt", "rollback"])
+async def test_a_new_message_over_a_dead_turn_keeps_that_turns_answer(
+    cluster: ScriptedCluster, strategy: MultitaskStrategy
+) -> None:
+    """Its producer died and no takeover has claimed it yet. Before, the new
+    turn's claim took the dead row: the dead turn got no verdict, its recorded
+    partial never reached the transcript, and two user messages stood in a
+    row. Now each strategy keeps it: the seed's ends it with what it recorded,
+    enqueue waits for its takeover, interrupt cancels it (rollback removes it)."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    await _half_said(cluster, a, first)
+    cluster.kill_by_silence()
+
+    if strategy == "enqueue":
+        second_id = (await _enqueue(b, "Two?")).message_id
+        _answer(cluster, first.message_id, " and whole.", producer=1)
+        _answer(cluster, second_id, "Answer two.")
+        assert await b.takeovers.scan() == 1  # the dead turn first
+    else:
+        second = await cluster.start(b, "s1", "Two?", strategy=strategy)
+        second_id = second.message_id
+        _answer(cluster, second_id, "Answer two.")
+    async with asyncio.timeout(10):
+        await cluster.scripts.of(second_id).started.wait()
+    runs = [t for r in cluster.replicas if (t := r.local_turn(second_id)) is not None]
+    assert await cluster.ended(runs[0]) == "done"
+
+    transcript = await cluster.transcript("s1")
+    expected = {
+        "reject": [("user", "One?"), ("bot", "Half")],
+        "enqueue": [("user", "One?"), ("bot", "Half and whole.")],
+        "interrupt": [("user", "One?"), ("bot", "Half")],
+        "rollback": [],
+    }[strategy]
+    assert _shape(transcript) == [*expected, ("user", "Two?"), ("bot", "Answer two.")]
+    if strategy != "rollback":
+        verdict = {"reject": "errored", "enqueue": "done", "interrupt": "cancelled"}[strategy]
+        assert ending_of(_bot(transcript, first.message_id)).reason == verdict
+
+
+# 2 -------------------------------------------------------------------------
+
+
+async def test_a_queued_turn_whose_cancel_returned_never_produces(
+    cluster: ScriptedCluster,
+) -> None:
+    """The turn before passed the row on to the queued turn and its replica
+    died before starting it. Before, the cancel wrote the verdict, then took
+    the turn out of the queue; a status poll elsewhere started it in between,
+    the removal was refused unseen, and the cancel answered OK while the
+    turn ran on. Now the turn leaves the queue first; a start that wins the
+    race is cancelled as a running turn before the cancel answers."""
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    _dies_after_its_last_write(a)
+    _answer(cluster, first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+
+    assert cluster.stores.conversation is not None
+    removing = hold(
+        cluster.stores.conversation,
+        "remove_fenced",
+        when=lambda *args, **kwargs: queued_id(two.message_id) in args[3],
+    )
+    cancel = asyncio.create_task(b.cancel("t", "u", "s1", two.message_id))
+    await removing.reached()
+    await c.status("t", "u", "s1")  # kicks the queue
+    removing.release()
+    await cancel  # it answered OK
+
+    _answer(cluster, two.message_id, "Answer two.")
+    (started,) = [t for r in cluster.replicas if (t := r.local_turn(two.message_id)) is not None]
+    assert await cluster.ended(started) == "cancelled"
+    # The poll's start won the race, and was cancelled before it produced.
+    transcript = await cluster.transcript("s1")
+    assert _shape(transcript) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Two?"),
+        ("bot", ""),
+    ]
+    assert ending_of(_bot(transcript, two.message_id)).reason == "cancelled"
+    assert waiting_in(transcript) == []
+    assert (await b.status("t", "u", "s1")).status == "cancelled"
+
+
+# 3 -------------------------------------------------------------------------
+
+
+async def test_an_erase_racing_the_takeover_of_a_dead_turn_leaves_nothing(
+    cluster: ScriptedCluster,
+) -> None:
+    """Before, the erase raised the fences but never took the row: the
+    takeover claimed the next epoch and, after the erase had returned, the
+    taker wrote the checkpoint (with the user's question), the recording and
+    a row back. Now the erase holds the row while it erases."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    await _half_said(cluster, a, first)
+    cluster.kill_by_silence()
+    stores = cluster.stores
+    assert stores.agent_state is not None and stores.recording is not None
+    assert stores.supervision is not None and stores.conversation is not None
+
+    erasing = hold(stores.agent_state, "delete")
+    erase = asyncio.create_task(
+        erase_conversation(stores, "t", "u", "s1", clock=b.clock, dead_after=b.dead_after)
+    )
+    await erasing.reached()
+    _answer(cluster, first.message_id, " and whole.", producer=1)
+    await b.takeovers.scan()
+    erasing.release()
+    assert await erase
+    for replica in cluster.replicas:
+        if (turn := replica.local_turn(first.message_id)) is not None and turn.task is not None:
+            async with asyncio.timeout(10):
+                await asyncio.wait([turn.task])
+    await b.takeovers.scan()
+
+    assert await stores.agent_state.load("t", "u", "s1") == {}
+    assert await stores.recording.read("t", "u", "s1") is None
+    assert await stores.supervision.read("t", "u", "s1") is None
+    assert await stores.conversation.get_transcript("t", "u", "s1") == []
+    assert await stores.conversation.get_conversation("t", "u", "s1") is None
+
+
+# 4 -------------------------------------------------------------------------
+
+
+async def test_a_cancels_partial_answer_is_kept_before_the_next_turn_starts(
+    cluster: ScriptedCluster,
+) -> None:
+    """Before, the cancel freed the conversation and then appended the
+    partial answer; a queued turn kicked by a status poll claimed in the gap
+    and the append was refused unseen, and readers of the cancelled turn got
+    410. Now the partial is kept while the cancel still holds the row."""
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    await _half_said(cluster, a, first)
+    two = await _enqueue(b, "Two?")
+    _answer(cluster, two.message_id, "Answer two.")
+
+    assert cluster.stores.conversation is not None
+    keeping = hold(
+        cluster.stores.conversation,
+        "append_fenced",
+        when=lambda *args, **kwargs: any(m.message_id == first.message_id for m in args[4]),
+    )
+    cancel = asyncio.create_task(b.cancel("t", "u", "s1", first.message_id))
+    await keeping.reached()
+    await c.status("t", "u", "s1")  # kicks the queue
+    keeping.release()
+    await cancel
+
+    async with asyncio.timeout(10):
+        await cluster.scripts.of(two.message_id).started.wait()
+    runs = [t for r in cluster.replicas if (t := r.local_turn(two.message_id)) is not None]
+    assert await cluster.ended(runs[0]) == "done"
+    transcript = await cluster.transcript("s1")
+    assert _shape(transcript) == [
+        ("user", "One?"),
+        ("bot", "Half"),
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+    ]
+    assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
+    events = await _events(c, first.message_id)
+    assert events[-1] == StreamEnd("cancelled")
+
+
+# 5 -------------------------------------------------------------------------
+
+
+async def test_a_queued_turn_cancelled_during_the_hand_off_ends_cancelled(
+    cluster: ScriptedCluster,
+) -> None:
+    """The cancel takes the queued turn out of the queue while the turn
+    before is handing the row to it, and that replica dies before starting
+    it. Before, the takeover then ended it errored (PRODUCER_LOST), with an
+    empty answer after no question, and the conversation's last turn read
+    errored. Now a turn whose question was never recorded ends cancelled,
+    and nothing is written to its transcript."""
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await _enqueue(b, "Two?")
+    _dies_after_its_last_write(a)
+    assert cluster.stores.supervision is not None and cluster.stores.conversation is not None
+    handing = hold(
+        cluster.stores.supervision,
+        "compare_and_swap",
+        when=lambda *args: args[4].message_id == two.message_id,
+    )
+    _answer(cluster, first.message_id, "Answer one.")
+    await handing.reached()
+    await b.cancel("t", "u", "s1", two.message_id)
+    handing.release()
+    assert await cluster.ended(first) == "done"
+
+    await c.takeovers.scan()
+    assert not cluster.scripts.of(two.message_id).started.is_set()
+    assert _shape(await cluster.transcript("s1")) == [("user", "One?"), ("bot", "Answer one.")]
+    row = await cluster.stores.supervision.read("t", "u", "s1")
+    assert row is not None and row.message_id == two.message_id
+    assert row.status is ChatStreamStatus.CANCELLED
+    summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
+    assert summary is not None and summary.last_turn_status == "complete"
