@@ -39,10 +39,10 @@ class Snapshot:
     transcript: list[ChatMessage]
 
     def turns(self) -> set[str]:
-        """Every turn anything in the stores names."""
+        """Every turn whose content the stores hold: its messages, its
+        recording, its checkpoint. (Not the supervision row, which holds no
+        content, only a turn's id and status.)"""
         named = {turn_of(m.message_id) for m in self.transcript}
-        if self.row is not None:
-            named.add(self.row.message_id)
         if self.record is not None:
             named.add(self.record.message_id)
         marker = self.state.get(TURN_STATE_KEY)
@@ -73,12 +73,6 @@ def after_step(model: Model, snapshots: dict[str, Snapshot]) -> list[str]:
             found.append(f"tool ran twice: turn {facts.id[:6]} ran it {facts.tool_runs} times")
         if facts.cancel_ok_seq is not None:
             found.extend(_produced_after_cancel(model, facts))
-    for seq, turn, event, detail in model.agent_events:
-        if event == "start" and detail != f"{turn}-user":
-            found.append(
-                f"answers another question: turn {turn[:6]} was given "
-                f"{detail[:6] or 'none'} at #{seq}"
-            )
     for erase in model.erases:
         left = snapshots[erase.session].turns() & erase.erased_turns
         if left:
@@ -88,7 +82,7 @@ def after_step(model: Model, snapshots: dict[str, Snapshot]) -> list[str]:
                 f"yet the stores hold {names}"
             )
     for session, shot in snapshots.items():
-        found.extend(_form(session, shot.transcript))
+        found.extend(_form(model, session, shot.transcript))
     found.extend(_one_producer_per_epoch(model))
     return found
 
@@ -114,15 +108,20 @@ def _produced_after_cancel(model: Model, facts: TurnFacts) -> list[str]:
     return found[:1]
 
 
-def _form(session: str, transcript: list[ChatMessage]) -> list[str]:
-    """Every answer right after its own question; no message twice."""
+def _form(model: Model, session: str, transcript: list[ChatMessage]) -> list[str]:
+    """Every answer of an accepted turn right after its own question; no
+    message twice. (A turn whose request died with its replica before its
+    client was answered may leave the reaper's empty answer to a question
+    never recorded: not held against it here.)"""
     read = without_queued(transcript)
     found = []
     ids = [m.message_id for m in read]
     if len(set(ids)) != len(ids):
         found.append(f"duplicate message: {session}")
     for i, message in enumerate(read):
-        if message.sender is ChatMessageSender.BOT:
+        facts = model.turns.get(str(message.message_id))
+        accepted = facts is not None and facts.accepted_seq is not None
+        if message.sender is ChatMessageSender.BOT and accepted:
             question = f"{message.message_id}-user"
             if i == 0 or read[i - 1].message_id != question:
                 found.append(
@@ -163,9 +162,17 @@ def at_end(model: Model, snapshots: dict[str, Snapshot], readings: list[Any]) ->
             shown = facts.recorded[2]
             if answer is None or not answer.content.startswith(shown):
                 found.append(
-                    f"recorded answer lost: turn {facts.id[:6]} recorded {shown!r}, "
+                    f"recorded answer lost: turn {facts.id[:6]} ({facts.strategy}"
+                    f"{', cancelled' if facts.cancel_ok_seq else ''}) recorded {shown!r}, "
                     f"(transcript: {answer.content if answer else None!r})"
                 )
+    for seq, turn, event, detail in model.agent_events:
+        facts = model.facts(turn)
+        if event == "start" and detail != f"{turn}-user" and not facts.erased:
+            found.append(
+                f"answers another question: turn {turn[:6]} was given "
+                f"{detail[:6] or 'none'} at #{seq}"
+            )
     for session, shot in snapshots.items():
         read = without_queued(shot.transcript)
         for first, second in pairwise(read):

@@ -307,6 +307,7 @@ class _History:
             world.add_replica()
         self._log("faults stop")
         nudge_at = world.loop.time()
+        nudges: list[asyncio.Task[Any]] = []
         for _ in range(_END_ROUNDS):
             await self._settle()
             eligible = world.gate.eligible()
@@ -315,13 +316,14 @@ class _History:
                 continue
             if not self.ops and await self._all_ended():
                 return True
-            if world.loop.time() >= nudge_at and not self.ops:
+            if world.loop.time() >= nudge_at and not any(not t.done() for t in nudges):
                 replica = self.rng.choice(world.live())
-                self._spawn(replica, "takeover scan", operations.takeover_scan(world, replica))
+                nudges = [
+                    self._spawn(replica, "takeover scan", operations.takeover_scan(world, replica))
+                ]
                 for session in self.sessions:
-                    self._spawn(
-                        replica, f"status {session}", operations.status(world, replica, session)
-                    )
+                    work = operations.status(world, replica, session)
+                    nudges.append(self._spawn(replica, f"status {session}", work))
                 nudge_at = world.loop.time() + _NUDGE_SECONDS
                 continue
             deadline = world.loop.next_deadline()
