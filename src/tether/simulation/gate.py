@@ -24,6 +24,10 @@ from typing import Any
 
 REPLICA: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_replica", default=None)
 """The replica on whose behalf the current task runs (None: the simulator itself)."""
+OPERATION: contextvars.ContextVar[str] = contextvars.ContextVar("sim_operation", default="")
+"""The client request (or fault) whose work the current task does: turns and
+background work started for it inherit it, so the schedule says on whose
+behalf each store call is made."""
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("sim_inside", default=False)
 
 Observer = Callable[[str, str, dict[str, Any], object, BaseException | None], None]
@@ -44,9 +48,11 @@ class Parked:
     method: str
     arguments: dict[str, Any]
     go: asyncio.Future[None]
+    operation: str = ""
 
     def describe(self) -> str:
-        return f"{self.replica or 'sim'} {self.store}.{self.method}({_brief(self.arguments)})"
+        call = f"{self.store}.{self.method}({_brief(self.arguments)})"
+        return f"{self.replica or 'sim'} {call} [{self.operation}]"
 
 
 @dataclass
@@ -101,7 +107,8 @@ class Gate:
             arguments = dict(bound.arguments)
             self._numbers += 1
             go = asyncio.get_running_loop().create_future()
-            self.parked.append(Parked(self._numbers, replica, store, method, arguments, go))
+            parked = Parked(self._numbers, replica, store, method, arguments, go, OPERATION.get())
+            self.parked.append(parked)
             await go
             if replica in self.dead:
                 raise ReplicaKilledError(replica)
@@ -144,7 +151,9 @@ def _short(value: object) -> str:
     if callable(text):
         return str(text())
     if hasattr(value, "status") and hasattr(value, "epoch") and hasattr(value, "message_id"):
-        return f"<{value.status} {str(value.message_id)[:6]} e{value.epoch}>"
+        beat = getattr(value, "heartbeat_at", None)
+        status = "handed" if beat is not None and beat.year < 2000 else value.status
+        return f"<{status} {str(value.message_id)[:6]} e{value.epoch}>"
     if hasattr(value, "event") and hasattr(value, "session_id"):
         event = value.event
         return f"<put {str(event.message_id)[:6]} e{event.epoch} #{event.index}>"

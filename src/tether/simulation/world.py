@@ -34,7 +34,7 @@ from tether.handlers.takeover import AutomaticTakeover
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.simulation.agent import SimRegistries
-from tether.simulation.gate import REPLICA, Gate
+from tether.simulation.gate import OPERATION, REPLICA, Gate
 from tether.simulation.model import Model
 from tether.simulation.virtual_loop import VirtualClock, VirtualTimeLoop
 
@@ -68,10 +68,11 @@ class Replica:
     dead: bool = False
     paused: bool = False
 
-    def run(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
-        """Run ``work`` as this replica's (a request it serves)."""
+    def run(self, work: Coroutine[Any, Any, Any], operation: str = "") -> asyncio.Task[Any]:
+        """Run ``work`` as this replica's (a request it serves, named ``operation``)."""
         context = contextvars.copy_context()
         context.run(REPLICA.set, self.name)
+        context.run(OPERATION.set, operation)
         return asyncio.get_running_loop().create_task(work, context=context)
 
 
