@@ -1,4 +1,4 @@
-"""The ``tether`` command: serve, init, chat, crash-test, db."""
+"""The ``tether`` command: serve, init, chat, crash-test, simulate, db."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from tether.cli.crash_test import crash_test_command
 from tether.cli.db import db_app
 from tether.cli.init import init_command
 from tether.cli.serve import serve_command
+from tether.cli.simulate import simulate_command
 
 app = typer.Typer(
     name="tether",
@@ -20,6 +21,7 @@ app.command("serve")(serve_command)
 app.command("init")(init_command)
 app.command("chat")(chat_command)
 app.command("crash-test")(crash_test_command)
+app.command("simulate")(simulate_command)
 app.add_typer(db_app, name="db")
 
 
