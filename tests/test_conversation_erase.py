@@ -197,8 +197,9 @@ async def test_deleting_a_conversation_erases_what_it_owns_and_keeps_its_epochs(
         assert await _everything(place, "s-delete", done.message_id) == _ERASED
         assert _leftover_files(place.root, "s-delete", done.message_id) == []
         # The epoch outlives the rows (the erase's tombstone took the next
-        # one): the next turn continues above it.
-        assert await place.stores.supervision.last_epoch("t", "alice", "s-delete") == epoch + 1
+        # one, and the one after before the transcript went): the next turn
+        # continues above it.
+        assert await place.stores.supervision.last_epoch("t", "alice", "s-delete") == epoch + 2
         again = await _finished_turn(handler_of(app), scripts, "s-delete")
         assert again.lease is not None and again.lease.epoch > epoch
         gone = await client.delete("/conversations/never-was?tenant=t", headers=ALICE)

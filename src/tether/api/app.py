@@ -92,7 +92,7 @@ def setup_app(
     if clock is None:
         clock = replica_clock = ReplicaClock.of_store(stores.supervision, skew=settings.clock_skew)
     handler = ChatHandler(agent_registries_factory, stores, settings, bus, clock)
-    retention = retention_runner(stores, settings, clock=clock)
+    retention = retention_runner(stores, settings, clock=clock, end_dead=handler.end_erased_turn)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -9,12 +9,12 @@ read (``runtime.conversation_row``):
   of the queue, fenced at the row's epoch, so a claim that starts it
   meanwhile (a queue kick on any replica) makes the removal fail, and the
   cancel reads again and cancels it as a running turn.
-- The row was passed on to the turn (``DEAD`` and the turn still queued):
-  it has not started. Out of the queue first, at the row's epoch, before
+- The row was passed on to the turn (written dead on purpose, and the turn
+  still queued): it has not started. Out of the queue first, at the row's epoch, before
   anything can start it; then its verdict. A start that claimed in between
   finds it gone and gives the conversation back.
 - The turn runs, live or dead (or a cancel of it died half way): the cancel
-  takes the row (``CANCEL``: ``CANCELLING`` at the next epoch, every store
+  takes the row (``END``: ``ENDING`` at the next epoch, every store
   fenced there), so its producer, wherever it runs, can change nothing more;
   then, while the conversation is still held, it takes the turn's queued
   copy out if it has one, keeps the newest recorded message as the partial
@@ -55,9 +55,9 @@ async def cancel_turn(
     assert store is not None
     took = False
     for _ in range(_TRIES):
-        row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+        epoch, row = await handler.queue.epoch_and_row(key)
         if row is None or row.message_id != message_id:
-            if await handler.queue.take_out(key, message_id, row):
+            if await handler.queue.take_out(key, message_id, epoch):
                 return
             if await handler.queue.is_waiting(key, message_id):
                 continue  # the row moved under the removal: read it again
@@ -67,20 +67,19 @@ async def cancel_turn(
             if took and row.status is ChatStreamStatus.CANCELLED:
                 return  # our cancel, finished by another hand after ours stalled
             raise TurnEndedError(f"turn {message_id} already ended ({row.status.value})")
-        if state is RowState.DEAD and await handler.queue.is_waiting(key, message_id):
+        if rows.is_handed_on(row) and await handler.queue.is_waiting(key, message_id):
             if await _cancel_passed_on(handler, key, row):
                 return
             continue
-        if state is RowState.CANCELLING and not rows.is_stuck(
-            row, handler.clock(), handler.dead_after
-        ):
+        if state is RowState.ENDING and not rows.is_stuck(row, handler.clock(), handler.dead_after):
+            # Another cancel, or the reaper, writes its verdict now.
             raise ConversationBusyError(
-                f"turn {message_id} is being cancelled; ask its status",
+                f"turn {message_id} is ending; ask its status",
                 message_id=message_id,
                 session_id=key.session_id,
             )
         took = True
-        if await _cancel_running(handler, key, row, local):
+        if await _cancel_running(handler, key, rows.Reading(row, row.epoch), local):
             return
     raise ConversationBusyError(
         f"turn {message_id} changed hands while cancelling; try again",
@@ -94,7 +93,7 @@ async def _cancel_passed_on(
 ) -> bool:
     """Cancel the queued turn the row was passed on to, before it starts;
     whether it is cancelled (False: a start claimed it first: read again)."""
-    if not await handler.queue.take_out(key, row.message_id, row):
+    if not await handler.queue.take_out(key, row.message_id, row.epoch):
         return False
     store = handler.stores.supervision
     assert store is not None
@@ -108,12 +107,13 @@ async def _cancel_passed_on(
 
 
 async def _cancel_running(
-    handler: ChatHandler, key: ConversationKey, row: ChatStreamSupervision, local: Turn | None
+    handler: ChatHandler, key: ConversationKey, reading: rows.Reading, local: Turn | None
 ) -> bool:
-    """Cancel the running turn ``row`` names; whether it is cancelled (False:
+    """Cancel the running turn the row names; whether it is cancelled (False:
     the row changed hands on the way: read again)."""
     store = handler.stores.supervision
-    assert store is not None
+    assert store is not None and reading.row is not None
+    row = reading.row
     message_id = row.message_id
     ours = (
         local is not None
@@ -129,7 +129,7 @@ async def _cancel_running(
         lease = await take(
             store,
             key,
-            row,
+            reading,
             message_id,
             handler.clock,
             functools.partial(raise_fences, handler.stores, key),

@@ -64,12 +64,15 @@ from tether.runtime.fenced_writer import raise_fences
 from tether.runtime.follower import RecordingFollower, has_deltas, has_push, shows_the_same
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import (
+    BeforeGrant,
     ClaimRefusedError,
     ConversationKey,
     FencedError,
     Lease,
     claim,
+    take,
 )
+from tether.runtime.lifecycle import TurnState
 from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
 from tether.runtime.presence import ReplicaPresence
 from tether.runtime.recording_flusher import RecordingFlusher
@@ -208,6 +211,7 @@ class ChatHandler:
             stateful=request.stateful,
             resuming=resuming,
         )
+        key = self._key(context.tenant, requester, context.session_id or "")
         if request.stateful:
             await self._check_writer(request.tenant, requester, request.session_id or "")
         displacing = not resuming and request.multitask_strategy in ("interrupt", "rollback")
@@ -220,15 +224,23 @@ class ChatHandler:
             # The seed's strategy may take a conversation whose turn died (ended
             # first); a queued turn's start and ``enqueue`` wait for it instead.
             ends_dead = request.multitask_strategy == "reject" and dequeue is None
-            lease = await self._claim(context, automatic=automatic, end_dead=ends_dead)
-        key = self._key(context.tenant, requester, context.session_id or "")
+            # A queued turn checks that it still waits once the transcript is
+            # fenced at its epoch and before it takes the row: a cancel that
+            # took it out of the queue first leaves the row untouched.
+            still_waiting = (
+                functools.partial(self.queue.check_still_waiting, key, dequeue)
+                if dequeue is not None
+                else None
+            )
+            lease = await self._claim(
+                context, automatic=automatic, end_dead=ends_dead, before_grant=still_waiting
+            )
         # From the claim on the row names this turn, so an attach here finds it
         # there before it runs (its user message and marker still to write):
         # it waits for the start (``attach``) rather than read it from the stores.
         starting = self._starts[message_id] = asyncio.get_running_loop().create_future()
+        asking = False
         try:
-            if dequeue is not None:
-                await self.queue.check_still_waiting(key, dequeue)
             if interrupted is not None and request.multitask_strategy == "rollback":
                 assert lease is not None
                 await self._roll_back(context, interrupted, lease.epoch)
@@ -253,6 +265,7 @@ class ChatHandler:
             )
             turn.hold_lease()
             if request.stateful and not resuming:
+                asking = True
                 try:
                     await turn.record_user_message()
                 except ConversationNotOwnedError as error:
@@ -262,12 +275,18 @@ class ChatHandler:
                         raise FencedError(message_id)  # a newer epoch (a cancel) holds it
                 await turn.mark()
             self._turns[message_id] = turn
-        except BaseException:
+        except BaseException as error:
             if lease is not None:
                 if self.heartbeats is not None:
                     self.heartbeats.discard(lease)
-                with contextlib.suppress(Exception):
-                    await lease.delete_row()
+                # Given back only while nothing of the turn may be recorded,
+                # and only if still ours. Once its question may be in the
+                # transcript it needs a verdict: its row reads dead and the
+                # reaper (or a resume) gives one; a newer epoch's holder (a
+                # cancel) gives its own.
+                if not (resuming or asking or isinstance(error, FencedError)):
+                    with contextlib.suppress(Exception):
+                        await lease.delete_row()
             raise
         finally:
             if self._starts.get(message_id) is starting:
@@ -420,7 +439,12 @@ class ChatHandler:
             raise NotOwnerError("only the owner can write to this conversation")
 
     async def _claim(
-        self, context: TurnContext, *, automatic: bool, end_dead: bool = False
+        self,
+        context: TurnContext,
+        *,
+        automatic: bool,
+        end_dead: bool = False,
+        before_grant: BeforeGrant | None = None,
     ) -> Lease | None:
         """The lease of a new turn, or of a resume (``context.resuming``); 409
         naming the occupant when the conversation is not free. A turn whose
@@ -436,13 +460,19 @@ class ChatHandler:
             await self._check_resumable(key, takeover)
         try:
             return await self._grant(
-                key, context.message_id, takeover_of=takeover, automatic=automatic
+                key,
+                context.message_id,
+                takeover_of=takeover,
+                automatic=automatic,
+                before_grant=before_grant,
             )
         except ClaimRefusedError as refused:
             if not (end_dead and await self._end_displaced(key, refused.occupant)):
                 raise _refusal(key, refused) from refused
         try:
-            return await self._grant(key, context.message_id, takeover_of=None)
+            return await self._grant(
+                key, context.message_id, takeover_of=None, before_grant=before_grant
+            )
         except ClaimRefusedError as refused:
             raise _refusal(key, refused) from refused
 
@@ -529,6 +559,7 @@ class ChatHandler:
         *,
         takeover_of: str | None,
         automatic: bool = False,
+        before_grant: BeforeGrant | None = None,
     ) -> Lease:
         """Claim the conversation's next epoch for ``message_id``, every other
         store fenced at it first (``ClaimRefusedError`` when it is not free)."""
@@ -544,6 +575,7 @@ class ChatHandler:
             automatic=automatic,
             producer=lambda: self.presence.producer,
             gone=self.presence.gone,
+            before_grant=before_grant,
         )
 
     def _producer_changed(self, producer: str | None) -> None:
@@ -619,10 +651,14 @@ class ChatHandler:
 
     async def _clean_up_later(self, turn: Turn) -> None:
         """Keep a finished turn attachable for the grace period, then remove its
-        rows (guarded: a newer turn's rows are left alone) and forget it."""
+        rows (guarded: a newer turn's rows are left alone) and forget it.
+        Only a turn that wrote its own verdict removes them: one stopped for a
+        cancel leaves them to the canceller, whose verdict is still to come."""
         await asyncio.sleep(self.settings.finished_turn_grace)
         self._turns.pop(turn.message_id, None)
         if turn.lease is None or turn.lease.lost:
+            return
+        if turn.lifecycle.state not in (TurnState.DONE, TurnState.ERRORED):
             return
         ctx = turn.context
         with contextlib.suppress(Exception):
@@ -834,14 +870,31 @@ class ChatHandler:
         self, key: ConversationKey, message_id: str, code: str, reason: str
     ) -> bool:
         """End a dead turn that will not be resumed (the reaper, the takeover
-        limit, a new message over it): ``errored``, with what it recorded
-        kept as its answer, at the next epoch; ``cancelled``, with nothing
-        written to the transcript, when its question was never recorded (a
-        queued turn taken out of the queue after the row was passed on to
-        it). Whether this replica ended it: False when the turn is no longer
-        dead or another replica was first."""
+        limit, a new message over it), or one whose ending stopped half way:
+        the row taken at the next epoch (``ENDING``, so no cancel ends it
+        too), then ``errored``, with what it recorded kept as its answer;
+        ``cancelled``, with nothing written to the transcript, when its
+        question was never recorded (a queued turn taken out of the queue
+        after the row was passed on to it). Whether this replica ended it:
+        False when the turn is no longer dead or another replica was first."""
+        store = self.stores.supervision
+        assert store is not None
+        row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+        if row is None or row.message_id != message_id:
+            return False
+        state = rows.state_of(row, self.clock(), self.dead_after, self.presence.gone)
+        if not (state is RowState.DEAD or rows.is_stuck(row, self.clock(), self.dead_after)):
+            return False  # live, finished, or another hand ends it now
         try:
-            lease = await self._grant(key, message_id, takeover_of=message_id)
+            lease = await take(
+                store,
+                key,
+                rows.Reading(row, row.epoch),
+                message_id,
+                self.clock,
+                functools.partial(raise_fences, self.stores, key),
+                lambda: rows.REAPER,
+            )
         except ClaimRefusedError:
             return False
         asked = await self.asked(key, message_id)
@@ -862,6 +915,15 @@ class ChatHandler:
         self.forget_later(key, message_id, lease.row_epoch)
         self._in_background(self.queue.kick(key))
         return True
+
+    async def end_erased_turn(self, key: ConversationKey, message_id: str) -> bool:
+        """``end_dead_turn`` for a dead turn whose conversation is being erased."""
+        return await self.end_dead_turn(
+            key,
+            message_id,
+            PRODUCER_LOST,
+            "the turn's producer died and its conversation was erased",
+        )
 
     async def asked(self, key: ConversationKey, message_id: str) -> bool:
         """Whether turn ``message_id``'s user message is in the transcript (a

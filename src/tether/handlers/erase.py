@@ -30,14 +30,14 @@ being erased.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervision
 from tether.handlers.errors import ConversationBusyError
 from tether.runtime import conversation_row as rows
-from tether.runtime.conversation_row import ERASING_ID, Move
+from tether.runtime.conversation_row import ERASING_ID, Move, RowState
 from tether.runtime.fenced_writer import raise_fences
 from tether.runtime.lease import (
     ClaimRefusedError,
@@ -52,6 +52,8 @@ from tether.runtime.turn_stores import TurnStores
 
 RunningLocally = Callable[[ConversationKey], str | None]
 """The message id of a turn this replica produces for a conversation, if any."""
+EndDead = Callable[[ConversationKey, str], Awaitable[bool]]
+"""End a dead turn with its verdict (``ChatHandler.end_dead_turn``)."""
 
 
 async def erase_conversation(
@@ -64,6 +66,7 @@ async def erase_conversation(
     dead_after: timedelta,
     running_locally: RunningLocally | None = None,
     producer: Producer = lambda: None,
+    end_dead: EndDead | None = None,
 ) -> bool:
     """Erase the conversation ``(tenant, session_id)`` of owner ``requester_uuid``:
     its transcript, checkpoint, recording and supervision row. Returns whether
@@ -85,10 +88,22 @@ async def erase_conversation(
     tombstone: Lease | None = None
     row = None
     if stores.supervision is not None:
-        row = await stores.supervision.read(tenant, owner, session_id)
+        reading = await rows.read(stores.supervision, key)
+        row = reading.row
         if row is None and conversations is not None and summary is None:
             return False  # nothing to erase, and nothing to take
-        tombstone = await _take_row(stores, key, row, clock, dead_after, producer)
+        now = clock()  # one moment for both decisions below
+        if end_dead is not None and row is not None and _awaits_an_end(row, now, dead_after):
+            # Ended first, with its verdict: should the erase then lose the
+            # row to a claim and stop half way, the turn's question still has
+            # its answer, as it would have had the erase never begun.
+            await end_dead(key, row.message_id)
+            reading = await rows.read(stores.supervision, key)
+            row = reading.row
+            now = clock()
+            if row is not None and _awaits_an_end(row, now, dead_after):
+                raise _busy(session_id, "a turn is ending in this conversation", row.message_id)
+        tombstone = await _take_row(stores, key, reading, now, dead_after, clock, producer)
     elif running_locally is not None and (running := running_locally(key)) is not None:
         # Without a supervision store only this replica's own turns can be known.
         raise ConversationBusyError(
@@ -105,8 +120,10 @@ async def erase_conversation(
             await stores.recording.delete(tenant, owner, session_id, message_id)
     if tombstone is not None:
         try:
-            # Still ours: nothing claimed the conversation while we erased it.
-            await tombstone.renew()
+            # Still ours: nothing claimed the conversation while we erased
+            # it, and nothing that read the tombstone before now (dead, had
+            # we been slow) can claim it before the transcript goes.
+            await tombstone.advance()
         except FencedError as lost:
             raise _busy(session_id, "the conversation was claimed while it was erased") from lost
     erased = False
@@ -120,16 +137,18 @@ async def erase_conversation(
 async def _take_row(
     stores: TurnStores,
     key: ConversationKey,
-    row: ChatStreamSupervision | None,
-    clock: Clock,
+    reading: rows.Reading,
+    now: datetime,
     dead_after: timedelta,
+    clock: Clock,
     producer: Producer,
 ) -> Lease:
-    """The erase's tombstone over ``row`` as read; 409 when a turn holds it
-    live or it changed hands since it was read."""
+    """The erase's tombstone over the row as read, judged at ``now``; 409
+    when a turn holds it live or it changed hands since it was read."""
     assert stores.supervision is not None
-    state = rows.state_of(row, clock(), dead_after)
-    stuck = rows.is_stuck(row, clock(), dead_after)
+    row = reading.row
+    state = rows.state_of(row, now, dead_after)
+    stuck = rows.is_stuck(row, now, dead_after)
     if row is not None and not (rows.may(Move.ERASE, state) or stuck):
         raise _busy(
             key.session_id,
@@ -140,7 +159,7 @@ async def _take_row(
         return await take(
             stores.supervision,
             key,
-            row,
+            reading,
             ERASING_ID,
             clock,
             functools.partial(raise_fences, stores, key),
@@ -151,6 +170,14 @@ async def _take_row(
         raise _busy(
             key.session_id, "the conversation changed hands during the erase; try again", holder
         ) from refused
+
+
+def _awaits_an_end(row: ChatStreamSupervision, now: datetime, dead_after: timedelta) -> bool:
+    """Whether ``row`` holds a turn whose producer died (or whose ending did)."""
+    state = rows.state_of(row, now, dead_after)
+    return state is RowState.DEAD or (
+        state is RowState.ENDING and rows.is_stuck(row, now, dead_after)
+    )
 
 
 def _busy(session_id: str, message: str, message_id: str = "") -> ConversationBusyError:

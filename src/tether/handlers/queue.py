@@ -213,12 +213,16 @@ class TurnQueue:
             [message],
             user_roles=headers.user_roles,
             user_tenants=headers.user_tenants,
-            create_if_absent=False,
+            # The turn before may not have recorded its own message yet (it
+            # was claimed a moment ago): the queued one may be the first.
+            create_if_absent=True,
         )
-        waiting = await self.waiting(key)
-        ids = [w.message_id for w in waiting]
-        position = ids.index(message_id) + 1 if message_id in ids else 1
-        return Ticket(message_id, position)
+        ids = [w.message_id for w in await self.waiting(key)]
+        if message_id not in ids:
+            # Started and ended already? Not in the time of this call: the
+            # store did not keep it, and the client must not be told it waits.
+            raise RuntimeError(f"queued message {message_id} was not kept by the store")
+        return Ticket(message_id, ids.index(message_id) + 1)
 
     # ------------------------------------------------------------ starting
 
@@ -232,7 +236,12 @@ class TurnQueue:
         assert supervision is not None
         for _ in range(_KICK_TRIES):
             row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
-            running = row is not None and row.status is ChatStreamStatus.RUNNING
+            # A dead erase's tombstone holds nothing: the conversation is idle.
+            running = (
+                row is not None
+                and row.status is ChatStreamStatus.RUNNING
+                and not (row.message_id == rows.ERASING_ID and handler.reads_dead(row))
+            )
             if row is not None and running and not handler.reads_dead(row):
                 return None  # running: its end kicks
             waiting = await self.waiting(key)
@@ -263,7 +272,10 @@ class TurnQueue:
                 # It can never run: take it out of the queue (logged) rather
                 # than block the turns behind it.
                 logger.warning("queued turn %s cannot start: %s", head.message_id, error)
-                await self.take_out(key, head.message_id, row)  # refused: read again
+                if row is not None:
+                    await self.take_out(key, head.message_id, row.epoch)  # refused: read again
+                else:
+                    await self._take_out_of_idle(key, head.message_id)
                 continue
             return turn.message_id
         return None
@@ -385,23 +397,32 @@ class TurnQueue:
 
     # ------------------------------------------------------------ cancel
 
-    async def take_out(
-        self, key: ConversationKey, message_id: str, row: ChatStreamSupervision | None
-    ) -> bool:
+    async def take_out(self, key: ConversationKey, message_id: str, epoch: int) -> bool:
         """Take queued turn ``message_id`` out of the queue before it starts,
-        fenced at the epoch of the row as read (``row``): refused once a claim
-        has moved the row on (which may be this very turn's start, which
-        checks that it still waits only after fencing the transcript). Whether
-        it was taken out: False when it does not wait or a claim was first."""
+        fenced at ``epoch``: the epoch of the conversation as last read (the
+        row's, or with no row the last one ever granted, read *before* the
+        row), so the removal is refused once a claim has moved the
+        conversation on (a start of this very turn checks that it still
+        waits only once the transcript is fenced at its epoch). Whether it was
+        taken out: False when it does not wait or a claim was first."""
         if not self.supported or not await self.is_waiting(key, message_id):
             return False
-        if row is None:
-            supervision = self._handler.stores.supervision
-            assert supervision is not None
-            epoch = await supervision.last_epoch(key.tenant, key.requester_uuid, key.session_id)
-        else:
-            epoch = row.epoch
         return await self.remove(key, message_id, epoch)
+
+    async def _take_out_of_idle(self, key: ConversationKey, message_id: str) -> bool:
+        """``take_out`` where the conversation had no row when last read."""
+        epoch, row = await self.epoch_and_row(key)
+        if row is not None:
+            return False  # claimed since: the next round reads it again
+        return await self.take_out(key, message_id, epoch)
+
+    async def epoch_and_row(self, key: ConversationKey) -> tuple[int, ChatStreamSupervision | None]:
+        """The conversation's epoch and row as of one moment
+        (``conversation_row.read``)."""
+        supervision = self._handler.stores.supervision
+        assert supervision is not None
+        reading = await rows.read(supervision, key)
+        return reading.epoch, reading.row
 
     # ------------------------------------------------------------ following
 

@@ -59,9 +59,10 @@ from tether.domain.chat_conversation_store import (
     ConversationNotOwnedError,
     ConversationSummary,
 )
-from tether.handlers.erase import erase_conversation
+from tether.handlers.erase import EndDead, erase_conversation
 from tether.handlers.errors import ConversationBusyError
 from tether.runtime import background
+from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError, Lease, take
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
@@ -124,11 +125,13 @@ async def prune_stores(
     dead_after: timedelta,
     before_erase: Callable[[], Awaitable[bool]] | None = None,
     clock: Clock = lambda: datetime.now(UTC),
+    end_dead: EndDead | None = None,
 ) -> PruneReport:
     """``prune`` over the stores a server holds. ``before_erase`` runs before
     each erase (the runner renews its lease there); when it returns False the
     prune stops and returns what it did so far. ``clock`` stamps each
-    erase's tombstone (``handlers.erase``)."""
+    erase's tombstone and ``end_dead`` ends a dead turn before its erase
+    (``handlers.erase``)."""
     conversations = stores.conversation
     if conversations is None:
         raise StoreURLError("pruning needs a conversation store; these URLs have none")
@@ -147,7 +150,9 @@ async def prune_stores(
                 continue
             if before_erase is not None and not await before_erase():
                 return report
-            await _prune_one(stores, summary, report, clock=clock, dead_after=dead_after)
+            await _prune_one(
+                stores, summary, report, clock=clock, dead_after=dead_after, end_dead=end_dead
+            )
         if listed.next_cursor is None:
             return report
         cursor = listed.next_cursor
@@ -160,6 +165,7 @@ async def _prune_one(
     *,
     clock: Clock,
     dead_after: timedelta,
+    end_dead: EndDead | None,
 ) -> None:
     assert stores.conversation is not None
     owner, tenant, session = summary.owner_uuid, summary.tenant, summary.session_id
@@ -170,7 +176,9 @@ async def _prune_one(
         report.skipped.append((summary, "updated since it was listed"))
         return
     try:
-        await erase_conversation(stores, tenant, owner, session, clock=clock, dead_after=dead_after)
+        await erase_conversation(
+            stores, tenant, owner, session, clock=clock, dead_after=dead_after, end_dead=end_dead
+        )
     except ConversationBusyError as busy:
         report.skipped.append((summary, f"turn {busy.message_id} is running"))
     except ConversationNotOwnedError:
@@ -215,6 +223,7 @@ class RetentionRunner:
         clock: Clock,
         holder: str | None = None,
         sleep: Sleep = asyncio.sleep,
+        end_dead: EndDead | None = None,
     ) -> None:
         if stores.supervision is None or stores.conversation is None:
             raise ValueError("retention needs a supervision and a conversation store")
@@ -225,6 +234,7 @@ class RetentionRunner:
         self._dead_after = dead_after
         self._clock = clock
         self._sleep = sleep
+        self._end_dead = end_dead
         self.holder = holder or _holder_name()
         """The lease's ``message_id`` while this runner holds it."""
         self._task: asyncio.Task[None] | None = None
@@ -254,13 +264,15 @@ class RetentionRunner:
             dead_after=self._dead_after,
             before_erase=renew,
             clock=self._clock,
+            end_dead=self._end_dead,
         )
         return RetentionRun(report=report, lease_lost=lost)
 
     async def _take_lease(self) -> Lease | str:
         """Our lease, or the ``message_id`` of the replica that holds it."""
         key, store = LEASE_KEY, self._supervision
-        current = await store.read(key.tenant, key.requester_uuid, key.session_id)
+        reading = await rows.read(store, key)
+        current = reading.row
         if (
             current is not None
             and current.message_id != self.holder
@@ -268,7 +280,7 @@ class RetentionRunner:
         ):
             return current.message_id
         try:
-            return await take(store, key, current, self.holder, self._clock, None)
+            return await take(store, key, reading, self.holder, self._clock, None)
         except ClaimRefusedError as refused:
             winner = refused.occupant
             return "another replica" if winner is None else winner.message_id
@@ -316,7 +328,11 @@ class RetentionRunner:
 
 
 def retention_runner(
-    stores: TurnStores, settings: TetherSettings, *, clock: Clock
+    stores: TurnStores,
+    settings: TetherSettings,
+    *,
+    clock: Clock,
+    end_dead: EndDead | None = None,
 ) -> RetentionRunner | RetentionOff:
     """The runner ``settings`` ask for, or why there is none."""
     if settings.retention is None:
@@ -339,6 +355,7 @@ def retention_runner(
         interval=timedelta(seconds=settings.retention_interval),
         dead_after=timedelta(seconds=settings.dead_after),
         clock=clock,
+        end_dead=end_dead,
     )
 
 

@@ -242,16 +242,21 @@ class AutomaticTakeover:
         message_id = stale.supervision.message_id
         state = rows.state_of(stale.supervision, handler.clock(), handler.dead_after)
         if state is RowState.ERASING:
-            # An erase that died half way: free the row (the erase may be repeated).
-            store = handler.stores.supervision
-            assert store is not None
-            await rows.delete(store, key, message_id, stale.supervision.epoch)
-            return True
-        if state is RowState.CANCELLING:
+            # An erase, live or dead half way (a listing may be older than its
+            # last renewal, so this scan cannot tell): nothing to resume. A
+            # dead one's tombstone is free to the next claim, and the erase
+            # may be repeated.
+            return False
+        if state is RowState.ENDING and rows.is_cancelling(stale.supervision):
             # A cancel that died half way: the user asked for it, so finish it.
             with contextlib.suppress(TurnEndedError, TurnNotFoundError):
                 await handler.cancel(key.tenant, key.requester_uuid, key.session_id, message_id)
             return True
+        if state is RowState.ENDING:
+            # The reaper died half way: its verdict stands.
+            return await handler.end_dead_turn(
+                key, message_id, PRODUCER_LOST, "the turn's producer died and it cannot be resumed"
+            )
         marker = await self._marker(key, message_id)
         if marker is None and await handler.queue.start_handed_off(key, message_id):
             return True  # a queued turn whose starter drained or died before its marker

@@ -45,7 +45,6 @@ from tether.handlers.queue import without_queued
 from tether.handlers.turn_ends import kept_answer
 from tether.metrics import TetherMetrics
 from tether.runtime import conversation_row as rows
-from tether.runtime.conversation_row import RowState
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
 from tether.runtime.follower import has_push, is_regression, shows_the_same
@@ -737,7 +736,7 @@ class Turn:
             if row is not None and (
                 row.message_id != self.message_id
                 or row.status is ChatStreamStatus.CANCELLED
-                or rows.state_of(row, self._clock(), self._dead_after) is RowState.CANCELLING
+                or rows.is_cancelling(row)
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")

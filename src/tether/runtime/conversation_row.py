@@ -17,19 +17,24 @@ The states, as a reader classifies the row it read (``state_of``):
                turn T waits for a takeover or a client's resume. A drain's
                hand-off and the queue's pass-on to a queued turn Q read dead at
                once (a heartbeat from long ago), so whoever looks first goes on
-``CANCELLING`` a canceller took T's row at the next epoch and is keeping its
-               partial answer; the verdict follows at the epoch after
+``ENDING``     another hand than the producer took T's row at the next epoch to
+               end it: a cancel, or the reaper (a dead turn that will not be
+               resumed). It keeps T's partial answer, then writes the verdict
+               at the epoch after
 ``ERASING``    an erase holds the row (a tombstone at the next epoch) while it
                removes the conversation; any claim made meanwhile loses
 =============  ===================================================================
 
-``CANCELLING`` and ``ERASING`` are RUNNING rows as the stores see them (so the
+``ENDING`` and ``ERASING`` are RUNNING rows as the stores see them (so the
 stores' liveness index, the takeover scan and every reader's "is it live"
 treat them as occupied) told apart by a reserved producer or message id that
 no replica and no client can have (ids with a slash, which ``api.ids``
-refuses). Each can itself read dead: a canceller or an eraser that died half
-way. A dead cancel is finished by whoever finds it (the user asked for it);
-a dead erase's tombstone is removed, and the erase may be repeated.
+refuses). The producer says which hand ends the turn (``CANCELLER``,
+``REAPER``), so of a cancel and the reaper only one writes a verdict. Each
+can itself read dead: a mover that died half way. A dead end is finished by
+whoever finds it (the takeover scan: the user asked for the cancel; the
+reaper's verdict stands); a dead erase's tombstone is free to the next claim,
+and the erase may be repeated.
 
 The moves (``Move``), with the states a mover may make them from (``MOVES``);
 every move but ``RENEW`` takes the next epoch, so a late heartbeat of an
@@ -39,13 +44,14 @@ older holder can never undo one:
 move           from                  to
 =============  ====================  ============================================
 ``CLAIM``      FREE                  LIVE(T, e+1): a new turn
-``TAKE_OVER``  DEAD(T)               LIVE(T, e+1): takeover, resume, reaper, or the
-                                     start of the queued turn the row was passed to
+``TAKE_OVER``  DEAD(T)               LIVE(T, e+1): takeover, resume, or the start
+                                     of the queued turn the row was passed to
 ``RENEW``      LIVE(T, e)            LIVE(T, e): the heartbeat
-``FINISH``     LIVE, CANCELLING      FREE(verdict, e+1)
+``FINISH``     LIVE, ENDING          FREE(verdict, e+1)
 ``HAND_OFF``   LIVE(T, e)            DEAD(T, e+1): a draining replica
 ``PASS_ON``    LIVE(T, e)            DEAD(Q, e+1): T ended with Q queued behind it
-``CANCEL``     LIVE, DEAD            CANCELLING(T, e+1), then FINISH(cancelled)
+``END``        LIVE, DEAD            ENDING(T, e+1), then FINISH: a cancel (live or
+                                     dead), the reaper (dead only)
 ``ERASE``      FREE, DEAD            ERASING(e+1), then DELETE
 ``DELETE``     FREE, ERASING         no row; the store keeps the epoch
 =============  ====================  ============================================
@@ -58,6 +64,7 @@ with what it recorded), so no answer is lost to a new message.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -72,7 +79,10 @@ from tether.runtime.conversation_key import ConversationKey
 LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
 """The heartbeat of a row written dead on purpose (a hand-off, a pass-on)."""
 CANCELLER = "tether/cancel"
-"""The producer of a CANCELLING row: a canceller, not a replica producing."""
+"""The producer of an ENDING row a cancel holds."""
+REAPER = "tether/reap"
+"""The producer of an ENDING row the reaper holds."""
+_ENDERS = frozenset({CANCELLER, REAPER})
 ERASING_ID = "tether/erasing"
 """The message id of an erase's tombstone."""
 
@@ -81,7 +91,7 @@ class RowState(StrEnum):
     FREE = "free"
     LIVE = "live"
     DEAD = "dead"
-    CANCELLING = "cancelling"
+    ENDING = "ending"
     ERASING = "erasing"
 
 
@@ -92,7 +102,7 @@ class Move(StrEnum):
     FINISH = "finish"
     HAND_OFF = "hand_off"
     PASS_ON = "pass_on"
-    CANCEL = "cancel"
+    END = "end"
     ERASE = "erase"
     DELETE = "delete"
 
@@ -102,10 +112,10 @@ MOVES: dict[Move, frozenset[RowState]] = {
     Move.CLAIM: frozenset({_S.FREE}),
     Move.TAKE_OVER: frozenset({_S.DEAD}),
     Move.RENEW: frozenset({_S.LIVE}),
-    Move.FINISH: frozenset({_S.LIVE, _S.CANCELLING}),
+    Move.FINISH: frozenset({_S.LIVE, _S.ENDING}),
     Move.HAND_OFF: frozenset({_S.LIVE}),
     Move.PASS_ON: frozenset({_S.LIVE}),
-    Move.CANCEL: frozenset({_S.LIVE, _S.DEAD}),
+    Move.END: frozenset({_S.LIVE, _S.DEAD}),
     Move.ERASE: frozenset({_S.FREE, _S.DEAD}),
     Move.DELETE: frozenset({_S.FREE, _S.ERASING}),
 }
@@ -120,19 +130,19 @@ def state_of(
     gone: Collection[str] = (),
 ) -> RowState:
     """The state of ``row`` as read at ``now`` (see the module's table). A
-    dead cancel reads ``CANCELLING`` and a dead erase ``ERASING``; ``is_stuck``
+    dead end reads ``ENDING`` and a dead erase ``ERASING``; ``is_stuck``
     tells them from live ones."""
     if row is None or row.status is not ChatStreamStatus.RUNNING:
         return RowState.FREE
     if row.message_id == ERASING_ID:
         return RowState.ERASING
-    if row.producer == CANCELLER:
-        return RowState.CANCELLING
+    if row.producer in _ENDERS:
+        return RowState.ENDING
     return RowState.DEAD if row.is_dead(now, dead_after, gone) else RowState.LIVE
 
 
 def is_stuck(row: ChatStreamSupervision | None, now: datetime, dead_after: timedelta) -> bool:
-    """Whether a CANCELLING or ERASING row was left by a mover that died half way."""
+    """Whether an ENDING or ERASING row was left by a mover that died half way."""
     return (
         row is not None and row.status is ChatStreamStatus.RUNNING and row.is_dead(now, dead_after)
     )
@@ -140,6 +150,19 @@ def is_stuck(row: ChatStreamSupervision | None, now: datetime, dead_after: timed
 
 def may(move: Move, state: RowState) -> bool:
     return state in MOVES[move]
+
+
+def is_handed_on(row: ChatStreamSupervision | None) -> bool:
+    """Whether ``row`` was written dead on purpose for another replica to go
+    on (``HAND_OFF``, ``PASS_ON``): no producer has claimed it since."""
+    return (
+        row is not None and row.status is ChatStreamStatus.RUNNING and row.heartbeat_at == LONG_AGO
+    )
+
+
+def is_cancelling(row: ChatStreamSupervision | None) -> bool:
+    """Whether a cancel holds ``row`` to write its verdict."""
+    return row is not None and row.status is ChatStreamStatus.RUNNING and row.producer == CANCELLER
 
 
 # ------------------------------------------------------------------ writes
@@ -198,11 +221,24 @@ def verdict(
     )
 
 
-async def next_epoch(
-    store: ChatStreamSupervisionStore, key: ConversationKey, current: ChatStreamSupervision | None
-) -> int:
-    """The epoch a move over ``current`` takes: one past it, or, with no row,
-    one past the last ever granted (epochs outlive their rows)."""
-    if current is not None:
-        return current.epoch + 1
-    return await store.last_epoch(key.tenant, key.requester_uuid, key.session_id) + 1
+@dataclass(frozen=True)
+class Reading:
+    """The row as read, with the epoch it stands at: the row's own, or with no
+    row the last epoch ever granted (epochs outlive their rows)."""
+
+    row: ChatStreamSupervision | None
+    epoch: int
+
+
+async def read(store: ChatStreamSupervisionStore, key: ConversationKey) -> Reading:
+    """The row and its epoch as of one moment. With no row, the last epoch is
+    read after it and the row read again: a claim landing before the second
+    read shows in the row, and one landing after it is above the epoch
+    returned, so a move made from this reading never fences a newer holder
+    it did not see (a move fences the stores at the epoch after it)."""
+    row = await store.read(key.tenant, key.requester_uuid, key.session_id)
+    if row is not None:
+        return Reading(row, row.epoch)
+    floor = await store.last_epoch(key.tenant, key.requester_uuid, key.session_id)
+    again = await store.read(key.tenant, key.requester_uuid, key.session_id)
+    return Reading(again, again.epoch if again is not None else floor)

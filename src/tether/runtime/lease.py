@@ -34,6 +34,10 @@ Clock = Callable[[], datetime]
 RaiseFences = Callable[[int], Awaitable[None]]
 """Fence every other store of the conversation at an epoch (see ``fences``)."""
 Producer = Callable[[], "str | None"]
+BeforeGrant = Callable[[], Awaitable[None]]
+"""A check made once the stores are fenced at the new epoch and before the
+row is taken: what it reads can no longer change under an older epoch's
+write, and raising refuses the claim with nothing written to the row."""
 """This replica's presence id now (``ReplicaPresence.producer``), or None."""
 
 __all__ = ["ClaimRefusedError", "ConversationKey", "FencedError", "Lease", "claim"]
@@ -131,6 +135,17 @@ class Lease:
             raise FencedError(self.message_id)
         self.renewed_at = now
 
+    async def advance(self) -> None:
+        """Hold the row on at the next epoch with a fresh heartbeat, or raise
+        FencedError: a move someone decided from an earlier reading of the
+        row (one that read it dead, say) is refused from now on, which a
+        heartbeat at the same epoch would not do. Once per lease."""
+        if self.lost:
+            raise FencedError(self.message_id)
+        if not await self._swap(ChatStreamStatus.RUNNING, bump=True):
+            self.lost = True
+            raise FencedError(self.message_id)
+
     async def finish(self, status: ChatStreamStatus) -> None:
         """Write the terminal status at the next epoch, guarded by ours: no
         heartbeat of ours can overwrite it afterwards."""
@@ -193,6 +208,7 @@ async def claim(
     automatic: bool = False,
     producer: Producer = lambda: None,
     gone: Collection[str] = (),
+    before_grant: BeforeGrant | None = None,
 ) -> Lease:
     """Claim the conversation for ``message_id`` at the next epoch
     (``conversation_row``: ``CLAIM`` or ``TAKE_OVER``).
@@ -216,7 +232,8 @@ async def claim(
     a claimant of the same epoch, and a claim is only made over a row whose
     producer is finished or dead.
     """
-    current = await store.read(key.tenant, key.requester_uuid, key.session_id)
+    reading = await rows.read(store, key)
+    current = reading.row
     now = clock()
     state = rows.state_of(current, now, dead_after, gone)
     if takeover_of is not None:
@@ -233,7 +250,7 @@ async def claim(
         )
     if not allowed:
         raise ClaimRefusedError(current)
-    lease = await take(store, key, current, message_id, clock, raise_fences, producer)
+    lease = await take(store, key, reading, message_id, clock, raise_fences, producer, before_grant)
     if takeover_of is not None and current is not None:
         lease.takeover = _takeover(current, now, dead_after, automatic=automatic)
     return lease
@@ -242,22 +259,26 @@ async def claim(
 async def take(
     store: ChatStreamSupervisionStore,
     key: ConversationKey,
-    current: ChatStreamSupervision | None,
+    reading: rows.Reading,
     message_id: str,
     clock: Clock,
     raise_fences: RaiseFences | None,
     producer: Producer = lambda: None,
+    before_grant: BeforeGrant | None = None,
 ) -> Lease:
-    """Take the row as read (``current``) for ``message_id`` at the next
-    epoch, whatever holds it: the write of every move that claims (a claim, a
-    takeover, a cancel, an erase), the caller having decided by the table
-    that the move is allowed. Raises ClaimRefusedError naming the new holder
-    when the row moved on since it was read."""
-    epoch = await rows.next_epoch(store, key, current)
+    """Take the row as read (``reading``, from ``conversation_row.read``) for
+    ``message_id`` at the next epoch, whatever holds it: the write of every
+    move that claims (a claim, a takeover, a cancel, the reaper, an erase),
+    the caller having decided by the table that the move is allowed. Raises
+    ClaimRefusedError naming the new holder when the row moved on since it
+    was read, and what ``before_grant`` raises (see ``BeforeGrant``)."""
+    epoch = reading.epoch + 1
     if raise_fences is not None:
         await raise_fences(epoch)
+    if before_grant is not None:
+        await before_grant()
     row = rows.running(message_id, epoch, clock(), producer())
-    expected = None if current is None else current.epoch
+    expected = None if reading.row is None else reading.row.epoch
     if not await rows.write(store, key, expected, row):
         raise ClaimRefusedError(await store.read(key.tenant, key.requester_uuid, key.session_id))
     return Lease(store, key, message_id, epoch, clock, None, producer)

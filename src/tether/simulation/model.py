@@ -15,6 +15,7 @@ from typing import Any
 
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
+from tether.runtime import conversation_row as rows
 from tether.simulation.gate import REPLICA
 
 TENANT = "t"
@@ -263,6 +264,8 @@ def _row(session: str, row: Any, accepted: bool) -> Parts:
     status = row.status.value
     if status == "running" and row.heartbeat_at.year < 2000:
         status = "handed"  # a hand-off (``Lease.pass_on``, a drain): dead at once, by design
+    elif status == "running" and row.producer in (rows.CANCELLER, rows.REAPER):
+        status = "ending"  # another hand writing the turn's verdict, not its producer
     return (session, row.epoch, row.message_id, "supervision:row", accepted, status)
 
 

@@ -125,9 +125,11 @@ async def erase(world: World, replica: Replica, session: str) -> str:
             TENANT,
             OWNER,
             session,
-            now=world.clock(),
+            clock=handler.clock,
             dead_after=handler.dead_after,
             running_locally=handler.running_turn_of,
+            producer=lambda: handler.presence.producer,
+            end_dead=handler.end_erased_turn,
         )
     except (TurnRequestError, ConversationNotOwnedError) as refused:
         return f"refused: {type(refused).__name__}"
@@ -157,6 +159,8 @@ async def retention_scan(world: World, replica: Replica) -> str:
         dry_run=False,
         now=world.clock(),
         dead_after=replica.handler.dead_after,
+        clock=replica.handler.clock,
+        end_dead=replica.handler.end_erased_turn,
     )
     for removed in report.removed:
         world.model.erase_returned(removed.session_id, began, "retention")

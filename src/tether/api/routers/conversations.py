@@ -139,6 +139,7 @@ async def delete_conversation(
         dead_after=handler.dead_after,
         running_locally=handler.running_turn_of,
         producer=lambda: handler.presence.producer,
+        end_dead=handler.end_erased_turn,
     )
     if not await _call(erased, "delete"):
         raise TurnNotFoundError(f"no conversation {session_id!r}")
