@@ -2,11 +2,13 @@
 
 The process tests run the command itself on a copy of the example project whose
 long agent and tool agent stream fast (80 chunks at 40/s, the tool calls after
-5), so that a round takes seconds; the rolling deploy's copy streams a little longer (120
-chunks at 20/s), so that the first replica is back before the second is
-drained. The unit tests feed the invariant checker doctored evidence and show
-that each invariant catches what it is for (the at-most-once rule of tool
-calls too: a write that ran twice fails it), drive the in-process pause
+5), so that a round takes seconds; the rolling deploy's copy streams a little
+longer (120 chunks at 20/s), so that each of its drains lands seconds before the
+answer's end. Its clients resume only once the first replica is back, so that
+replica's restart, however slow, never races the answer. The unit tests feed
+the invariant checker doctored evidence and show that each invariant catches
+what it is for (the at-most-once rule of tool calls too: a write that ran
+twice fails it), drive the in-process pause
 (``tether.testing.pause_in_write``) on in-memory stores with a stand-in for
 SIGSTOP, and the tool-call ledger (``tether.testing.tool_ledger``) in process.
 """
@@ -31,6 +33,7 @@ from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.crashtest import reference
 from tether.crashtest.client import StreamStatus
+from tether.crashtest.cluster import Replica
 from tether.crashtest.faults import (
     FaultChoice,
     FaultKind,
@@ -190,6 +193,21 @@ def test_a_replica_paused_inside_a_write_changes_nothing_when_continued(
     assert any(entry["path"].endswith(("resume", "attach")) for entry in results)
 
 
+def _slow_first_restart(monkeypatch: pytest.MonkeyPatch, *, seconds: float) -> None:
+    """The first replica restarted in this test (a start after its first)
+    waits ``seconds`` before its process starts."""
+    start = Replica.start
+    slowed: list[str] = []
+
+    async def slow_start(self: Replica, *args: Any, **kwargs: Any) -> None:
+        if self.starts and not self.alive and not slowed:
+            slowed.append(self.name)
+            await asyncio.sleep(seconds)
+        await start(self, *args, **kwargs)
+
+    monkeypatch.setattr(Replica, "start", slow_start)
+
+
 @pytest.mark.processes
 def test_a_rolling_deploy_resumes_twice_to_the_crash_free_answer(
     slower_project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -198,6 +216,11 @@ def test_a_rolling_deploy_resumes_twice_to_the_crash_free_answer(
     # them; and the client-driven resume of the seed, not the replicas' own.
     monkeypatch.setenv("TETHER_DRAIN_GRACE", "0.2")
     monkeypatch.setenv("TETHER_TAKEOVER", "false")
+    # The drained replica comes back only after longer than a whole answer
+    # takes (120 chunks at 20/s), as a loaded machine may make it: the turns
+    # must be in no replica's hands meanwhile, or they end before the second
+    # drain.
+    _slow_first_restart(monkeypatch, seconds=7.0)
     report = _crash_test(
         slower_project, tmp_path / "report.json",
         "--fault", "rolling-deploy", "--rounds", "1", "--conversations", "2", "--seed", "5",

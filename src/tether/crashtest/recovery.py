@@ -46,11 +46,14 @@ async def recover(
     deadline: float,
     on_takeover: Callable[[TurnReader], None] | None = None,
     resumed_from_index: int | None = None,
+    failed_start: int | None = None,
 ) -> Recovery:
     """Drive the turn to its end from the replicas other than ``failing`` (until it
     is restarted: a rolling deploy resumes on it again), or through the load
     balancer when there is one. A replica that is paused or draining is never
-    asked directly.
+    asked directly. ``failed_start`` is the start of ``failing`` that failed
+    (``Replica.starts``; by default its current one): a later start counts as
+    restarted, even one before the recovery began.
 
     ``on_takeover`` hears the reader through which the client has the turn
     from its new owner: its own accepted resume, or, where replicas take dead
@@ -59,7 +62,9 @@ async def recover(
     streams past every index the first one can use)."""
     recovery = Recovery()
     endpoints: Endpoints = (
-        RotatingEndpoints(api.front.url) if api.front is not None else _Survivors(cluster, failing)
+        RotatingEndpoints(api.front.url)
+        if api.front is not None
+        else _Survivors(cluster, failing, failed_start)
     )
     evidence = _Evidence(cluster, view, on_takeover, resumed_from_index)
     client = AsyncTetherClient(
@@ -103,21 +108,25 @@ async def recover(
 
 class _Survivors:
     """The replicas a client can turn to while ``failing`` fails, in turn: running
-    ones (not paused, not draining), ``failing`` only once it was restarted."""
+    ones (not paused, not draining), ``failing`` only once it was restarted, and
+    then after the others (a rolling deploy resumes on a replica it has not
+    drained yet, whether or not the drained one is back already)."""
 
-    def __init__(self, cluster: Cluster, failing: Replica) -> None:
+    def __init__(self, cluster: Cluster, failing: Replica, failed_start: int | None) -> None:
         self._cluster = cluster
         self._failing = failing
-        self._failed_start = failing.starts
+        self._failed_start = failing.starts if failed_start is None else failed_start
         self._attempt = 0
 
     def current(self) -> str | None:
+        failing = self._failing
         survivors = [
             replica
             for replica in self._cluster.replicas
-            if replica.running
-            and not (replica is self._failing and replica.starts == self._failed_start)
+            if replica.running and replica is not failing
         ]
+        if failing.running and failing.starts != self._failed_start:
+            survivors.append(failing)
         if not survivors:
             return None
         return survivors[self._attempt % len(survivors)].url

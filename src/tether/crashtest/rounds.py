@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import signal
 import time
@@ -146,6 +147,9 @@ class _RoundState:
     pause_fired: bool = False
     second: Replica | None = None
     """The replica a rolling deploy drained second."""
+    first_back: asyncio.Event = field(default_factory=asyncio.Event)
+    """A rolling deploy restarted the replica it drained first (or gave up on
+    it): the clients may resume now."""
 
 
 def round_bound(reference: Reference, settings: TetherSettings) -> float:
@@ -270,9 +274,18 @@ async def _play(
             state.deploy_task = asyncio.create_task(
                 _deploy_on(ctx, plan, active, state, within=turn_within)
             )
-        await asyncio.gather(
-            *(_recover_turn(ctx, plan, t, turn_within, deadline=deadline) for t in active)
+        # A rolling deploy's clients resume once the drained producer is back
+        # (see ``_deploy_on``). Not through a load balancer: it could send the
+        # resume to the restarted replica, leaving none to drain second.
+        staged = kind is FaultKind.ROLLING_DEPLOY and ctx.api.front is None
+        resume_after = state.first_back if staged else None
+        recover_turn = functools.partial(
+            _recover_turn,
+            deadline=deadline,
+            resume_after=resume_after,
+            failed_start=producer.starts,
         )
+        await asyncio.gather(*(recover_turn(ctx, plan, t, turn_within) for t in active))
         if kind.fences:
             ctx.phase(f"round {plan.number}: continuing {producer.name}, checking the fence")
             await _fence_evidence(ctx, plan, active, state)
@@ -399,9 +412,17 @@ def _mark_fault(active: list[_Turn]) -> None:
 
 
 async def _recover_turn(
-    ctx: RoundContext, plan: RoundPlan, turn: _Turn, turn_within: float, *, deadline: float
+    ctx: RoundContext,
+    plan: RoundPlan,
+    turn: _Turn,
+    turn_within: float,
+    *,
+    deadline: float,
+    resume_after: asyncio.Event | None = None,
+    failed_start: int | None = None,
 ) -> None:
-    """Recover one turn as its client would, after the fault hit its producer."""
+    """Recover one turn as its client would, after the fault hit its producer
+    (its start ``failed_start``), once ``resume_after`` is set, if given."""
     evidence, first, result = turn.evidence, turn.first, turn.result
     assert first is not None and evidence.fault_at is not None and result.message_id is not None
     try:
@@ -413,6 +434,9 @@ async def _recover_turn(
             result.path = ["finished"]
             evidence.recovered_at = first.ended_at
             return
+        if resume_after is not None and not resume_after.is_set():
+            await resume_after.wait()
+            result.notes.append(f"resumed once {plan.producer.name} was back")
 
         def took_over(reader: TurnReader) -> None:
             if evidence.takeover is None:
@@ -429,6 +453,7 @@ async def _recover_turn(
             deadline=deadline - 10.0,
             on_takeover=took_over,
             resumed_from_index=ctx.settings.max_turn_events,
+            failed_start=failed_start,
         )
         evidence.readers += recovery.readers
         result.path = recovery.path
@@ -641,13 +666,25 @@ async def _deploy_on(
     ctx: RoundContext, plan: RoundPlan, active: list[_Turn], state: _RoundState, *, within: float
 ) -> None:
     """The rest of a rolling deploy: the drained producer exits and comes back
-    (as a new replica would), then the replica the turns were resumed on is
-    drained too, once it has streamed a little of them."""
+    (as a new replica would), the clients resume on another replica, and that
+    one is drained too, once it has streamed a little of the turns.
+
+    The clients wait for the restart (``state.first_back``). With automatic
+    takeover off (``TETHER_TAKEOVER=false``: the seed's client-driven resume),
+    a handed-off turn has no producer until its client resumes it, so each
+    turn is still running when its second producer starts streaming it,
+    however slowly the first one restarted; restarted while the second one
+    streams, a slow start let it finish the turns before its drain. With
+    automatic takeover on, a replica takes the turns over at once and the
+    restart still races the answer (the clients then attach, not resume)."""
     first = plan.producer
-    if await first.wait_exit(_TERM_EXIT_WITHIN) is None:
-        first.stop()
-    ctx.phase(f"round {plan.number}: restarting {first.name} (rolling deploy)")
-    await first.start()
+    try:
+        if await first.wait_exit(_TERM_EXIT_WITHIN) is None:
+            first.stop()
+        ctx.phase(f"round {plan.number}: restarting {first.name} (rolling deploy)")
+        await first.start()
+    finally:
+        state.first_back.set()
     await _all_settled(active, within)
     lead = next((t for t in active if t.evidence.takeover is not None), None)
     if lead is None or lead.evidence.takeover is None:
