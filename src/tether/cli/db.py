@@ -17,7 +17,7 @@ from tether.cli.serve import DEFAULT_STORE_URL
 from tether.domain.store_errors import StoreError
 from tether.handlers.retention import PruneReport, prune
 from tether.settings import parse_age, settings_from_env
-from tether.stores import StoreBundle, StoreURLError, compose
+from tether.stores import StoreBundle, StoreURLError, compose, import_backend
 
 _SCHEMES = ("postgresql", "postgres")
 
@@ -65,13 +65,10 @@ def upgrade_command(
 
 async def _upgrade(url: str) -> tuple[list[int], int, str]:
     # Imported here: the PostgreSQL driver is an optional extra, and the rest of
-    # the CLI must work without it.
-    try:
-        from tether.adapters.postgres import PostgresDatabase
-    except ImportError as error:
-        raise StoreURLError(
-            f"PostgreSQL support is not installed ({error}); install tether[postgres]"
-        ) from error
+    # the CLI must work without it. import_backend turns its absence into the
+    # one line naming the extra to install.
+    import_backend("postgresql")
+    from tether.adapters.postgres import PostgresDatabase
 
     # No pool and no open(): upgrade() and schema_version() use a connection
     # of their own, so this works on a database whose schema is behind.
