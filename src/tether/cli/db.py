@@ -1,4 +1,5 @@
-"""``tether db``: manage the schema of a database-backed store (PostgreSQL), and
+"""``tether db``: manage the schema of a database-backed store (PostgreSQL): create or
+upgrade it, or check that it is at this tether's version; and
 retention: ``tether db prune`` erases conversations nobody updated for a while.
 
 Mounted by ``tether.cli.main`` as ``app.add_typer(db_app, name="db")``.
@@ -75,6 +76,84 @@ async def _upgrade(url: str) -> tuple[list[int], int, str]:
     database = PostgresDatabase.from_url(url)
     applied = await database.upgrade()
     return applied, await database.schema_version(), database.display_url
+
+
+@db_app.command("check")
+def check_command(
+    store: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            envvar="TETHER_STORE",
+            help="The store URL, e.g. postgresql://user:password@host:5432/dbname.",
+        ),
+    ],
+    wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to wait for the schema to reach this tether's version (0: look once).",
+        ),
+    ] = 0.0,
+) -> None:
+    """Exit 0 once the schema is at this tether's version or newer; 1 if it is not
+    within --wait seconds. Changes nothing, so the servers' own database user
+    can run it: a Kubernetes initContainer holds the pods until the schema Job's
+    `tether db upgrade` is through."""
+    scheme = urlsplit(store).scheme
+    if scheme not in _SCHEMES:
+        typer.echo(
+            f"tether db check: {scheme or 'this'}:// stores have no schema to check "
+            f"(supported: {', '.join(s + '://' for s in _SCHEMES)})",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        version, needed, where = asyncio.run(_wait_for_schema(store, wait))
+    except StoreURLError as error:
+        typer.echo(f"tether db check: {error}", err=True)
+        raise typer.Exit(2) from error
+    except StoreError as error:
+        typer.echo(f"tether db check: {error}", err=True)
+        raise typer.Exit(1) from error
+    if version < needed:
+        typer.echo(
+            f"tether db check: {where} has schema version {version}, this tether needs "
+            f"{needed}: run `tether db upgrade` with a user that may change the schema",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"{where}: schema at version {version}; this tether needs {needed}")
+
+
+_CHECK_EVERY = 2.0
+"""Seconds between looks at the schema version while ``tether db check --wait``s."""
+
+
+async def _wait_for_schema(url: str, wait: float) -> tuple[int, int, str]:
+    import_backend("postgresql")
+    from tether.adapters.postgres import PostgresDatabase
+    from tether.adapters.postgres.migrations import LATEST_VERSION
+
+    database = PostgresDatabase.from_url(url)
+    deadline = asyncio.get_running_loop().time() + wait
+    version = 0
+    while True:
+        try:
+            version = await database.schema_version()
+        except StoreError:
+            # The database may not be up yet either (a cluster starting as a
+            # whole): within the wait that is one more reason to look again.
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+        else:
+            if version >= LATEST_VERSION:
+                break
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            break
+        await asyncio.sleep(min(_CHECK_EVERY, remaining))
+    return version, LATEST_VERSION, database.display_url
 
 
 # Retention -----------------------------------------------------------------------------
