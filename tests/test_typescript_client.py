@@ -110,10 +110,16 @@ def _cluster(tmp_path: Path, size: int, env: dict[str, str]) -> tuple[Cluster, P
 def test_the_client_type_checks_and_parses_without_a_server(node: str) -> None:
     """tsc --noEmit (strict, checkJs) passes, the committed declarations are
     the sources' own, the code is formatted, the SSE parser and every
-    status's error class hold."""
+    status's error class hold, and retries back off with jitter."""
     _run_node(
         node,
-        ["test/types.test.js", "test/format.test.js", "test/sse.test.js", "test/errors.test.js"],
+        [
+            "test/types.test.js",
+            "test/format.test.js",
+            "test/sse.test.js",
+            "test/errors.test.js",
+            "test/retry.test.js",
+        ],
     )
 
 
