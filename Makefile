@@ -8,10 +8,15 @@ PORT ?= 8000
 # than compute, so a few more than the cores halves the suite's time.
 TEST_WORKERS ?= 3
 
-.PHONY: install install-dev run test lint typecheck unit bench crash-test
+.PHONY: install install-backends install-dev run test lint typecheck unit bench crash-test
 
 install:
 	$(PIP) -e .
+
+# The PostgreSQL and Redis drivers (the `postgres` and `redis` extras): what
+# `tether serve --store postgresql://...` or `--stream-store redis://...` needs.
+install-backends:
+	$(PIP) -e ".[postgres,redis]"
 
 install-dev:
 	$(PIP) -e ".[dev]"

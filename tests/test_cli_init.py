@@ -101,6 +101,17 @@ async def test_init_scaffolds_a_project_the_loaders_accept(tmp_path: Path) -> No
     assert [(t.name, t.status) for t in tools if t] == [("clock", ToolCallStatus.COMPLETED)]
 
 
+def test_the_scaffolds_clock_is_a_reading_tool(tmp_path: Path) -> None:
+    """It only reads the time: a resume that cannot tell whether it ran runs it
+    again, instead of telling the model the call may not have happened."""
+    project = tmp_path / "p"
+    assert _invoke(project)[0] == 0
+    from_string(project_paths(project)[0])
+    module = sys.modules[ChatAgentClassRegistry.registry["my_agent"].__module__]
+    assert module.clock.read_only
+    assert module.clock.on_unknown == "retry"
+
+
 def test_env_gitignore_keeps_secrets_out(tmp_path: Path) -> None:
     _invoke(tmp_path / "p")
     lines = (tmp_path / "p" / "agents" / "env" / ".gitignore").read_text().splitlines()

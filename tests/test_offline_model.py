@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tether.adapters.llm import OfflineChatModel
+from tether.adapters.llm.offline import OfflineChatModelOptions
 from tether.domain.chat_model import ModelEvent, ModelMessage, ModelToolCall, TextDelta, ToolSpec
 
 CALCULATOR = ToolSpec(name="calculator", description="Arithmetic.")
@@ -302,3 +305,12 @@ def test_from_options_accepts_a_setup_dict_and_rejects_unknown_or_bad_values() -
         OfflineChatModel.from_options({"chunk_size": 0})
     with pytest.raises(ValueError, match="chunks_per_second"):
         OfflineChatModel(chunks_per_second=-1)
+
+
+def test_the_readme_lists_every_option_of_the_offline_model() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    listed = re.search(r"- `offline` \(default\):(.*?)\n- `", readme, re.DOTALL)
+    assert listed is not None
+    sentence = listed.group(1).split("Options in", 1)[1]
+    named = set(re.findall(r"`(\w+)`", " ".join(sentence.split())))
+    assert set(OfflineChatModelOptions.model_fields) <= named

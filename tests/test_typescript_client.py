@@ -25,8 +25,10 @@ from fastapi import FastAPI
 
 from tests.support.node import node_and_npm
 from tests.support.project import make_project
+from tests.support.servers import ServerProcess
 from tests.support.services import missing
 from tether.api.routers import web
+from tether.cli.server_app import example_project_dir
 from tether.crashtest.cluster import Cluster
 
 CLIENT = Path(__file__).resolve().parents[1] / "clients" / "typescript"
@@ -110,10 +112,16 @@ def _cluster(tmp_path: Path, size: int, env: dict[str, str]) -> tuple[Cluster, P
 def test_the_client_type_checks_and_parses_without_a_server(node: str) -> None:
     """tsc --noEmit (strict, checkJs) passes, the committed declarations are
     the sources' own, the code is formatted, the SSE parser and every
-    status's error class hold."""
+    status's error class hold, and retries back off with jitter."""
     _run_node(
         node,
-        ["test/types.test.js", "test/format.test.js", "test/sse.test.js", "test/errors.test.js"],
+        [
+            "test/types.test.js",
+            "test/format.test.js",
+            "test/sse.test.js",
+            "test/errors.test.js",
+            "test/retry.test.js",
+        ],
     )
 
 
@@ -204,3 +212,42 @@ async def test_the_chat_page_imports_the_clients_own_modules() -> None:
             assert name in served, f"{module.name} imports ./{target}"
     page = {path.name for path in STATIC.glob("*.js")}
     assert not page & sources, "no module of the client is copied into the page"
+
+
+def _quick_start_snippet() -> str:
+    """The README's quick-start TypeScript client snippet, as it is printed."""
+    readme = (CLIENT.parents[1] / "README.md").read_text(encoding="utf-8")
+    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```js\n(.*?)```", quick_start, re.DOTALL)
+    return snippet
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(180)
+def test_the_readme_quick_start_runs_in_a_fresh_npm_project(tmp_path: Path) -> None:
+    """As the README says: `npm init -y`, install the client from the
+    checkout (no registry), save the snippet as `quickstart.mjs`, run it
+    against a server. Only the server's address is changed."""
+    node, npm = node_and_npm()
+    project = tmp_path / "fresh"
+    project.mkdir()
+    for command in ([npm, "init", "-y"], [npm, "install", "--no-audit", "--no-fund", str(CLIENT)]):
+        done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+    # A default project is CommonJS (no "type", or npm's own "commonjs"): a
+    # `.js` file there cannot use `import`, which is why the README says `.mjs`.
+    assert json.loads((project / "package.json").read_text()).get("type", "commonjs") == "commonjs"
+    server = ServerProcess(example_project_dir(), log_path=tmp_path / "server.log").start(40)
+    try:
+        snippet = _quick_start_snippet()
+        assert "http://127.0.0.1:8000" in snippet
+        script = snippet.replace("http://127.0.0.1:8000", server.url)
+        (project / "quickstart.mjs").write_text(script)
+        run = subprocess.run(
+            [node, "quickstart.mjs"], cwd=project, capture_output=True, text=True, timeout=120
+        )
+    finally:
+        server.stop()
+    assert run.returncode == 0, run.stdout + run.stderr
+    # One print per message of the answer as it grows (long-writer: 200 chunks).
+    assert len(run.stdout.splitlines()) > 10, run.stdout

@@ -10,6 +10,7 @@ import importlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +24,20 @@ STORE_NAMES = ("state", "recording", "supervision", "conversation")
 
 class StoreURLError(ValueError):
     """A store URL that names no known backend or cannot be used."""
+
+
+class MissingDriverError(StoreURLError):
+    """A store URL whose backend's driver is not installed: the message names
+    the extra that installs it, in one line a CLI can print as it is."""
+
+    def __init__(self, scheme: str) -> None:
+        backend = _BACKENDS[scheme]
+        super().__init__(
+            f"{scheme}:// stores need the {backend.driver} driver, which is not installed: "
+            f"pip install 'tether[{backend.extra}]'"
+        )
+        self.scheme = scheme
+        self.extra = backend.extra
 
 
 @dataclass(frozen=True)
@@ -59,14 +74,26 @@ class StoreBundle:
         return replace(self, **dropped)
 
 
+@dataclass(frozen=True)
+class _Backend:
+    module: str
+    """Whose ``stores_from_url(url) -> StoreBundle`` serves the scheme; imported
+    only when used, so a missing driver breaks only its own backend."""
+    driver: str
+    """What a user reads the backend needs (the driver's own name)."""
+    extra: str
+    """The optional dependency of tether's that installs the driver."""
+
+
+_SQLITE = _Backend("tether.adapters.sqlite", "sqlite3", "")
+_POSTGRES = _Backend("tether.adapters.postgres", "PostgreSQL (psycopg)", "postgres")
+_REDIS = _Backend("tether.adapters.redis", "Redis (redis-py)", "redis")
 _BACKENDS = {
-    # scheme -> module whose ``stores_from_url(url) -> StoreBundle`` serves it.
-    # Imported only when used: a missing driver breaks only its own backend.
-    "sqlite": "tether.adapters.sqlite",
-    "postgresql": "tether.adapters.postgres",
-    "postgres": "tether.adapters.postgres",
-    "redis": "tether.adapters.redis",
-    "rediss": "tether.adapters.redis",
+    "sqlite": _SQLITE,
+    "postgresql": _POSTGRES,
+    "postgres": _POSTGRES,
+    "redis": _REDIS,
+    "rediss": _REDIS,
 }
 
 
@@ -87,19 +114,25 @@ def from_url(url: str) -> StoreBundle:
         return _file_stores(parts.netloc + parts.path)
     if parts.scheme == "memory":
         return _memory_stores()
-    module_name = _BACKENDS.get(parts.scheme)
-    if module_name is None:
+    if parts.scheme not in _BACKENDS:
         known = ", ".join(["file", "memory", *sorted(set(_BACKENDS))])
         raise StoreURLError(f"store URL {url!r}: unknown scheme {parts.scheme!r} (known: {known})")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise StoreURLError(
-            f"store URL {url!r} needs the {parts.scheme} driver: {error} "
-            "(install tether with the matching extra, e.g. tether[postgres])"
-        ) from error
-    bundle: StoreBundle = module.stores_from_url(url)
+    bundle: StoreBundle = import_backend(parts.scheme).stores_from_url(url)
     return bundle
+
+
+def import_backend(scheme: str) -> ModuleType:
+    """The backend module serving ``scheme``; ``MissingDriverError`` when its
+    driver is not installed (the usual case after a bare ``pip install tether``)."""
+    backend = _BACKENDS[scheme]
+    try:
+        return importlib.import_module(backend.module)
+    except ModuleNotFoundError as error:
+        # Only a missing third-party driver is the user's to install; a module
+        # of tether's own that fails to import is a bug, and keeps its traceback.
+        if backend.extra and not (error.name or "").startswith("tether"):
+            raise MissingDriverError(scheme) from error
+        raise
 
 
 def _file_stores(directory: str) -> StoreBundle:

@@ -49,8 +49,13 @@ function transport(requester, extra = {}) {
   });
 }
 
-function newChat({ id, requester, messages = [], body }) {
-  return new Chat({ id, messages, transport: transport(requester, body ? { body } : {}) });
+function newChat({ id, requester, messages = [], body, onFinish }) {
+  return new Chat({
+    id,
+    messages,
+    transport: transport(requester, body ? { body } : {}),
+    ...(onFinish ? { onFinish } : {}),
+  });
 }
 
 function answer(chat) {
@@ -268,11 +273,33 @@ test('kill: the producing replica is SIGKILLed mid-answer and the answer complet
   assert.equal(turn.messages[1].content, REFERENCE);
 });
 
+test('stop: the stopping page hears its own stop as an abort, on its own replica too', async () => {
+  // The stop endpoint and the stream on one replica: the turn ends there at
+  // once, and the page's stop() that follows must still find its stream open.
+  for (const replica of [0, 1]) {
+    const requester = user();
+    const id = chatId();
+    balancer.prefer(replica);
+    const finished = [];
+    const chat = newChat({ id, requester, onFinish: (event) => finished.push(event) });
+    const sending = chat.sendMessage({ text: PROMPT });
+    await until('the answer to start', () => text(answer(chat)).length > 200);
+    const stopped = await api(`/ai-sdk/chat/${id}/stop`, requester, { method: 'POST' });
+    assert.equal(stopped.status, 204);
+    await chat.stop();
+    await sending;
+    assert.equal(finished.length, 1);
+    assert.equal(finished[0].isAbort, true, `onFinish reports the stop (replica ${replica})`);
+    assert.equal(chat.status, 'ready');
+  }
+});
+
 test('stop: stopping cancels the turn from any replica and keeps the partial answer', async () => {
   const requester = user();
   const id = chatId();
   balancer.prefer(0);
-  const chat = newChat({ id, requester });
+  const finished = [];
+  const chat = newChat({ id, requester, onFinish: (event) => finished.push(event) });
   const sending = chat.sendMessage({ text: PROMPT });
   await until('the answer to start', () => text(answer(chat)).length > 200);
 
@@ -293,6 +320,10 @@ test('stop: stopping cancels the turn from any replica and keeps the partial ans
   await sending;
   await reading;
   assert.equal(watched.at(-1).type, 'abort', 'the second screen is told the answer was stopped');
+  // The stopping page's own onFinish says it was stopped, as after any stop().
+  assert.equal(finished.length, 1);
+  assert.equal(finished[0].isAbort, true, 'onFinish reports the stop');
+  assert.equal(finished[0].isError, false);
 
   const status = await (await api(`/chat/stream/status?session_id=${id}`, requester)).json();
   assert.equal(status.status, 'cancelled');

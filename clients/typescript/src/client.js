@@ -19,7 +19,10 @@ import { Turn } from "./turn.js";
  * @property {number} [idleTimeoutMs]  a stream silent this long is broken (the server
  *   pings every 15 s); default 45 000
  * @property {number[]} [retryDelaysMs]  pauses between tries that failed in a row;
- *   default 100, 250, 500, 1000, 2000 (the last repeats)
+ *   default 100, 250, 500, 1000, 2000 (the last repeats), each drawn between half
+ *   its value and its value (jitter: clients that failed together spread out)
+ * @property {() => number} [random]  the source of that jitter, numbers in [0, 1);
+ *   default Math.random (tests inject their own)
  */
 
 /** @typedef {ReplicaOptions & RecoveryOptions} ClientOptions */
@@ -42,6 +45,8 @@ export class TetherClient {
     this.retryDelaysMs = options.retryDelaysMs?.length
       ? options.retryDelaysMs
       : [100, 250, 500, 1000, 2000];
+    /** @readonly */
+    this.random = options.random ?? Math.random;
   }
 
   // ---------------------------------------------------------------- turns
@@ -178,7 +183,7 @@ export class TetherClient {
         // the server asks to try again, and the next try meets the new owner.
         const raced = error instanceof ConversationBusyError && error.occupant === messageId;
         if (!raced || failures >= CANCEL_TRIES) throw error;
-        await pause(error, failures, this.retryDelaysMs, signal);
+        await pause(error, failures, this.retryDelaysMs, signal, this.random);
       }
     }
   }

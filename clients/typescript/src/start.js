@@ -79,7 +79,7 @@ export async function sendTurn(client, turn) {
         const adopted = await startedAnyway(client, turn, deadline);
         if (adopted !== null) return adopted;
       }
-      await pause(error, failures++, client.retryDelaysMs, turn.signal);
+      await pause(error, failures++, client.retryDelaysMs, turn.signal, client.random);
     }
   }
 }
@@ -105,7 +105,7 @@ async function startedAnyway(client, turn, deadline) {
       status = await client.status(turn.sessionId, { signal: turn.signal });
     } catch (error) {
       if (passing(error) === null || Date.now() > deadline) throw error;
-      await pause(error, failures++, client.retryDelaysMs, turn.signal);
+      await pause(error, failures++, client.retryDelaysMs, turn.signal, client.random);
       continue;
     }
     if (status === null) return null;

@@ -576,7 +576,13 @@ export class Turn {
    * @param {number} failures
    */
   #pause(error, failures) {
-    return pause(error, failures, this.client.retryDelaysMs, this.#abort.signal);
+    return pause(
+      error,
+      failures,
+      this.client.retryDelaysMs,
+      this.#abort.signal,
+      this.client.random,
+    );
   }
 }
 

@@ -10,6 +10,8 @@ export class TetherClient {
     readonly idleTimeoutMs: number;
     /** @readonly */
     readonly retryDelaysMs: number[];
+    /** @readonly */
+    readonly random: () => number;
     /**
      * Start a turn and hand on its answer as it grows: every message is the
      * whole answer so far. Breaks, dead replicas and takeovers are recovered
@@ -133,9 +135,15 @@ export type RecoveryOptions = {
     idleTimeoutMs?: number | undefined;
     /**
      * pauses between tries that failed in a row;
-     * default 100, 250, 500, 1000, 2000 (the last repeats)
+     * default 100, 250, 500, 1000, 2000 (the last repeats), each drawn between half
+     * its value and its value (jitter: clients that failed together spread out)
      */
     retryDelaysMs?: number[] | undefined;
+    /**
+     * the source of that jitter, numbers in [0, 1);
+     * default Math.random (tests inject their own)
+     */
+    random?: (() => number) | undefined;
 };
 export type ClientOptions = ReplicaOptions & RecoveryOptions;
 export type CallOptions = {

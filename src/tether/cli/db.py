@@ -1,4 +1,5 @@
-"""``tether db``: manage the schema of a database-backed store (PostgreSQL), and
+"""``tether db``: manage the schema of a database-backed store (PostgreSQL): create or
+upgrade it, or check that it is at this tether's version; and
 retention: ``tether db prune`` erases conversations nobody updated for a while.
 
 Mounted by ``tether.cli.main`` as ``app.add_typer(db_app, name="db")``.
@@ -17,7 +18,7 @@ from tether.cli.serve import DEFAULT_STORE_URL
 from tether.domain.store_errors import StoreError
 from tether.handlers.retention import PruneReport, prune
 from tether.settings import parse_age, settings_from_env
-from tether.stores import StoreBundle, StoreURLError, compose
+from tether.stores import StoreBundle, StoreURLError, compose, import_backend
 
 _SCHEMES = ("postgresql", "postgres")
 
@@ -65,19 +66,94 @@ def upgrade_command(
 
 async def _upgrade(url: str) -> tuple[list[int], int, str]:
     # Imported here: the PostgreSQL driver is an optional extra, and the rest of
-    # the CLI must work without it.
-    try:
-        from tether.adapters.postgres import PostgresDatabase
-    except ImportError as error:
-        raise StoreURLError(
-            f"PostgreSQL support is not installed ({error}); install tether[postgres]"
-        ) from error
+    # the CLI must work without it. import_backend turns its absence into the
+    # one line naming the extra to install.
+    import_backend("postgresql")
+    from tether.adapters.postgres import PostgresDatabase
 
     # No pool and no open(): upgrade() and schema_version() use a connection
     # of their own, so this works on a database whose schema is behind.
     database = PostgresDatabase.from_url(url)
     applied = await database.upgrade()
     return applied, await database.schema_version(), database.display_url
+
+
+@db_app.command("check")
+def check_command(
+    store: Annotated[
+        str,
+        typer.Option(
+            "--store",
+            envvar="TETHER_STORE",
+            help="The store URL, e.g. postgresql://user:password@host:5432/dbname.",
+        ),
+    ],
+    wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds to wait for the schema to reach this tether's version (0: look once).",
+        ),
+    ] = 0.0,
+) -> None:
+    """Exit 0 once the schema is at this tether's version or newer; 1 if it is not
+    within --wait seconds. Changes nothing, so the servers' own database user
+    can run it: a Kubernetes initContainer holds the pods until the schema Job's
+    `tether db upgrade` is through."""
+    scheme = urlsplit(store).scheme
+    if scheme not in _SCHEMES:
+        typer.echo(
+            f"tether db check: {scheme or 'this'}:// stores have no schema to check "
+            f"(supported: {', '.join(s + '://' for s in _SCHEMES)})",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        version, needed, where = asyncio.run(_wait_for_schema(store, wait))
+    except StoreURLError as error:
+        typer.echo(f"tether db check: {error}", err=True)
+        raise typer.Exit(2) from error
+    except StoreError as error:
+        typer.echo(f"tether db check: {error}", err=True)
+        raise typer.Exit(1) from error
+    if version < needed:
+        typer.echo(
+            f"tether db check: {where} has schema version {version}, this tether needs "
+            f"{needed}: run `tether db upgrade` with a user that may change the schema",
+            err=True,
+        )
+        raise typer.Exit(1)
+    typer.echo(f"{where}: schema at version {version}; this tether needs {needed}")
+
+
+_CHECK_EVERY = 2.0
+"""Seconds between looks at the schema version while ``tether db check --wait``s."""
+
+
+async def _wait_for_schema(url: str, wait: float) -> tuple[int, int, str]:
+    import_backend("postgresql")
+    from tether.adapters.postgres import PostgresDatabase
+    from tether.adapters.postgres.migrations import LATEST_VERSION
+
+    database = PostgresDatabase.from_url(url)
+    deadline = asyncio.get_running_loop().time() + wait
+    version = 0
+    while True:
+        try:
+            version = await database.schema_version()
+        except StoreError:
+            # The database may not be up yet either (a cluster starting as a
+            # whole): within the wait that is one more reason to look again.
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+        else:
+            if version >= LATEST_VERSION:
+                break
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            break
+        await asyncio.sleep(min(_CHECK_EVERY, remaining))
+    return version, LATEST_VERSION, database.display_url
 
 
 # Retention -----------------------------------------------------------------------------

@@ -35,7 +35,9 @@ from tether.adapters.llm import ChatClient
 from tether.tools import tool
 
 
-@tool
+# read_only: it only reads the time, so a resume that cannot tell whether a
+# call finished runs it again (writing tools default to not running twice).
+@tool(read_only=True)
 async def clock() -> str:
     """The current date and time in UTC, as an ISO 8601 string."""
     return datetime.now(UTC).isoformat(timespec="seconds")

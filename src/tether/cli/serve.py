@@ -11,10 +11,11 @@ import uvicorn
 from tether.api.auth import AuthMode, build_authenticator
 from tether.cli.server_app import build_app
 from tether.settings import settings_from_env
-from tether.stores import STORE_NAMES, compose
+from tether.stores import STORE_NAMES, StoreURLError, compose
 
 DEFAULT_STORE_URL = "sqlite:///.tether/tether.db"
 EXIT_BAD_PROJECT = 2
+EXIT_BAD_STORE = 2
 
 
 def serve_command(
@@ -119,12 +120,19 @@ def serve_command(
     ] = None,
 ) -> None:
     """Serve the project's agents over HTTP. Settings come from TETHER_* variables."""
-    stores = compose(
-        store,
-        stream=stream_store,
-        state=state_store,
-        conversation=conversation_store,
-    ).without(without or [])
+    try:
+        stores = compose(
+            store,
+            stream=stream_store,
+            state=state_store,
+            conversation=conversation_store,
+        ).without(without or [])
+    except StoreURLError as error:
+        # A driver not installed or a URL that names no backend: the message
+        # says what to do (for a driver, which extra to install); a traceback
+        # through the CLI's frames would only bury it.
+        typer.echo(f"tether serve: {error}", err=True)
+        raise typer.Exit(EXIT_BAD_STORE) from error
     try:
         authenticator = build_authenticator(
             auth,

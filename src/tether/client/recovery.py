@@ -17,7 +17,8 @@ does when it lands on a conversation" says, on any replica:
    grace period), its answer is read from the transcript.
 
 Each failed attempt moves to the next base URL (``Endpoints``) and waits a
-little longer (50 ms doubling to 1 s); the client gives up with
+little longer (50 ms doubling to 1 s, each pause jittered between half its
+step and the step: ``Backoff``); the client gives up with
 ``RecoveryError`` when no new message came for ``recovery_timeout`` seconds.
 Indexes only grow: a message at or below the last index shown is dropped, so a
 reconnect never shows anything twice.
@@ -40,14 +41,16 @@ transcript ends ``cancelled``.
 from __future__ import annotations
 
 import asyncio
+import random as _random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
 
 from tether.client import routes
+from tether.client.backoff import Backoff
 from tether.client.endpoints import Endpoints
 from tether.client.errors import (
     ConnectionFailedError,
@@ -149,6 +152,7 @@ class TurnDriver:
         recoverable: bool = True,
         headers: dict[str, str] | None = None,
         observer: TurnObserver | None = None,
+        random: Callable[[], float] = _random.random,
     ) -> None:
         self.http = http
         self.endpoints = endpoints
@@ -168,7 +172,7 @@ class TurnDriver:
         """A start was sent and its answer lost: a turn may exist."""
         self._accepted = False
         """``ACCEPTED`` was yielded."""
-        self._pause = _FIRST_PAUSE
+        self._backoff = Backoff(_FIRST_PAUSE, _LONGEST_PAUSE, random=random)
         self._deadline = time.monotonic() + timeouts.recovery
 
     @property
@@ -583,12 +587,10 @@ class TurnDriver:
                 f"for {self.timeouts.recovery:.0f} s (path: {' > '.join(self.state.path)})",
                 message_id=self.state.message_id,
             )
-        pause = max(self._pause, min(at_least or 0.0, _LONGEST_PAUSE))
-        self._pause = min(self._pause * 2, _LONGEST_PAUSE)
-        await asyncio.sleep(pause)
+        await asyncio.sleep(self._backoff.next(at_least))
 
     def _progress(self) -> None:
-        self._pause = _FIRST_PAUSE
+        self._backoff.reset()
         self._deadline = time.monotonic() + self.timeouts.recovery
 
 

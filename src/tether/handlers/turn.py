@@ -28,6 +28,7 @@ from typing import Any
 from tether.domain.agent_dependency import ResumableAgentDependency
 from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
 from tether.domain.agent_setup import AgentSetup
+from tether.domain.answer_text import with_agreeing_text
 from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -394,6 +395,10 @@ class Turn:
             # Unrenewed past the dead threshold (a stall, a SIGSTOP, an outage):
             # another replica may own the turn now. Stop before showing anything.
             raise FencedError(self.message_id)
+        # Every reader sees one text: ``content`` wins over stale text parts
+        # (an agent that edited one and not the other), before anything compares,
+        # shows or records it.
+        message = with_agreeing_text(message)
         if self._holding_back is not None:
             # Not past what clients were shown (an older state, or the same one
             # again): no new content. Only what passes it is shown, recorded at

@@ -22,6 +22,7 @@ from tether.adapters.llm.offline import OfflineChatModel
 from tether.adapters.llm.openai_compatible import OpenAICompatibleChatModel
 from tether.domain.agent_dependency import AgentDependencyFactory, ResumableAgentDependency
 from tether.domain.agent_setup import AgentSetup
+from tether.domain.answer_text import TEXT_PART_SEPARATOR
 from tether.domain.chat_message import (
     ChatMessage,
     ChatMessageSender,
@@ -39,10 +40,6 @@ from tether.tools import (
     current_turn_id,
     running_tool_call,
 )
-
-# Text the model writes in different responses of one turn (before and after a tool
-# call) are separate text parts; ``content`` joins them as paragraphs.
-TEXT_PART_SEPARATOR = "\n\n"
 
 
 class ChatClient(ResumableAgentDependency):

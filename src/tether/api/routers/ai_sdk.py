@@ -27,6 +27,7 @@ fencing, recording, takeover after the producer dies; only the framing differs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -78,6 +79,14 @@ fence) before it gives up and tells the client to reconnect."""
 _STOP_TRIES = 3
 _DRAINING = "this replica is shutting down and handed the answer on; reconnect to follow it"
 SHUTDOWN_GRACE_SECONDS = 1.0
+STOPPED_LINGER_SECONDS = 2.0
+"""How long a stopped turn's stream stays open after its last part, unless
+the client closes it first. The AI SDK's ``Chat`` reports a stop to
+``onFinish`` (``isAbort: true``) only when ``stop()`` aborts a response still
+being read; its documented stop is the stop endpoint, then ``stop()``, and a
+stream that closed as soon as the endpoint cancelled the turn left ``stop()``
+nothing to abort. Other readers of the turn (a second screen) have every part
+by then, and only wait this long for the close."""
 
 
 class UIMessageIn(BaseModel):
@@ -170,6 +179,7 @@ async def _ui_stream(
         yield _event(part)
     next_index = 0
     follows = 0
+    end = StreamEnd("dead")
     try:
         while True:
             end = StreamEnd("dead")
@@ -202,6 +212,10 @@ async def _ui_stream(
         logger.warning("turn %s: stores unavailable while streaming", message_id)
         yield _event(error_part("STORE_UNAVAILABLE", "a store is unavailable; reconnect shortly"))
     yield _event(DONE)
+    if end.reason == "cancelled":
+        # Every part is sent; the client's own stop() closes the stream now
+        # (its disconnect cancels this wait), or the linger runs out.
+        await asyncio.sleep(STOPPED_LINGER_SECONDS)
 
 
 @router.post("", responses=_ERRORS)
