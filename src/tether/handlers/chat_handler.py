@@ -56,6 +56,7 @@ from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of, kept_answer
 from tether.metrics import TetherMetrics, backend_name
+from tether.observability.traces import NO_TRACING, Tracing
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import raise_fences
 from tether.runtime.follower import RecordingFollower, has_deltas, has_push, shows_the_same
@@ -135,6 +136,8 @@ class ChatHandler:
         done once they are (or failed to start)."""
         self._background: set[asyncio.Task[object]] = set()
         self.metrics = TetherMetrics()
+        self.tracing: Tracing = NO_TRACING
+        """Where its turns' spans go (``setup_app`` sets it from the environment)."""
         self.heartbeats = (
             HeartbeatBatcher(
                 stores.supervision,
@@ -242,6 +245,7 @@ class ChatHandler:
                 deltas=self.deltas,
                 recorded=recorded,
                 metrics=self.metrics,
+                tracing=self.tracing,
                 next_queued=self.queue.head if request.stateful and self.queue.supported else None,
             )
             turn.hold_lease()
