@@ -182,3 +182,34 @@ def test_a_resume_after_a_kill_counts_a_takeover_on_the_resuming_replica(
     assert moved(before, after, "tether_takeover_first_content_seconds_count", cause="client") == 1
     assert moved(before, after, "tether_turns_started_total") == 1
     assert moved(before, after, "tether_turns_completed_total") == 1
+
+
+def test_first_content_http_durations_and_process_metrics(replicas: Replicas) -> None:
+    """A turn's time to first content is observed for its agent, each request's
+    duration by its route's template and status, and the process's own series
+    are on the same registry."""
+    url = replicas.one.url
+    before = scrape(url)
+    session = f"m-{uuid.uuid4().hex[:8]}"
+    response = httpx2.post(
+        f"{url}/chat/response?tenant=t", headers=ALICE, json=_turn(session), timeout=30
+    )
+    assert response.status_code == 201, response.text
+    message_id = response.json()["message_id"]
+    missing = httpx2.get(
+        f"{url}/chat/stream/{message_id}-nope?tenant=t&session_id={session}",
+        headers=ALICE,
+        timeout=5,
+    )
+    after = wait_for(lambda: _settled(url), 5, "the turn to be counted")
+
+    first = "tether_turn_first_content_seconds_count"
+    assert moved(before, after, first, agent="writer") == 1
+    assert after.value("tether_turn_first_content_seconds_sum", agent="writer") > 0
+    http = "tether_http_request_seconds_count"
+    assert moved(before, after, http, method="POST", route="/chat/response", status="201") == 1
+    template = "/chat/stream/{message_id}"
+    status = str(missing.status_code)
+    assert moved(before, after, http, method="GET", route=template, status=status) == 1
+    assert after.value("process_cpu_seconds_total") > 0
+    assert after.value("process_resident_memory_bytes") > 0

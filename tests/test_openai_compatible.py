@@ -21,9 +21,19 @@ from tether.domain.chat_message import (
     ToolCallStatus,
 )
 from tether.domain.chat_model import ModelMessage, ModelToolCall, TextDelta, ToolSpec
+from tether.metrics import TetherMetrics
+from tether.observability.logs import TurnFields
+from tether.observability.traces import NO_TRACING
+from tether.observability.turns import TurnObservation
 from tether.tools import MalformedToolCall, tool
 
-from .support.openai_server import CONTINUATION, OpenAICompatibleServer, unanswered_tool_call
+from .support.openai_server import (
+    COMPLETION_TOKENS,
+    CONTINUATION,
+    PROMPT_TOKENS,
+    OpenAICompatibleServer,
+    unanswered_tool_call,
+)
 from .support.scripted import ScriptedCluster
 
 
@@ -273,3 +283,29 @@ async def test_a_turn_stopped_in_a_tool_call_leaves_a_transcript_the_next_turn_c
     assert unanswered_tool_call(sent) is None
     [closing] = [m for m in sent if m["role"] == "tool" and m["tool_call_id"] == "call-send_email"]
     assert "may or may not have happened" in closing["content"]
+
+
+async def test_each_calls_usage_is_counted_for_the_turns_agent(
+    server: OpenAICompatibleServer,
+) -> None:
+    """The model asks for usage in the stream and reports it for the call it
+    serves: the turn's agent's token counters move by what the server said."""
+    metrics = TetherMetrics()
+    turn = TurnObservation(
+        TurnFields("s", "m", 1, "assistant"), tracing=NO_TRACING, metrics=metrics, resumed=False
+    )
+    client = ChatClient(_model(server))
+    try:
+        with turn.running():
+            async for _ in client.stream(
+                [ChatMessage(sender=ChatMessageSender.USER, content="6 * 7")], [_calculator([])]
+            ):
+                pass
+    finally:
+        await client.aclose()
+    assert server.requests[0]["stream_options"] == {"include_usage": True}
+    calls = len(server.requests)  # the tool call, then the answer
+    assert calls == 2
+    tokens = metrics.model_tokens
+    assert tokens.labels("assistant", "input")._value.get() == calls * PROMPT_TOKENS
+    assert tokens.labels("assistant", "output")._value.get() == calls * COMPLETION_TOKENS

@@ -15,7 +15,14 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.metrics_core import Metric
 
 from tether.runtime.lease import Takeover
@@ -31,6 +38,11 @@ _STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 # From a dead verdict to the taker's first new content: the target is under a
 # second; a client's resume waits on the client, so the range runs to a minute.
 _TAKEOVER_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 30.0, 60.0)
+# From a producer's start to its first content: a model's first token takes from a
+# fraction of a second to tens of seconds behind a tool call or a slow provider.
+_FIRST_CONTENT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+# Requests: probes in milliseconds, a streamed turn for as long as its answer.
+_HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _SIZE_BUCKETS = (256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 
 # How a turn's end reads to an operator; "dead" and "gone" are turns this
@@ -143,6 +155,31 @@ class TetherMetrics:
             buckets=_STORE_BUCKETS,
             registry=r,
         )
+        self.turn_first_content_seconds = Histogram(
+            "tether_turn_first_content_seconds",
+            "Time from a producer starting a turn to the first content it shows, by agent "
+            "(a resumed turn's first content past what its clients saw)",
+            ["agent"],
+            buckets=_FIRST_CONTENT_BUCKETS,
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "tether_model_tokens",
+            "Tokens of model calls, by agent and direction (input: the prompt, output: "
+            "the completion), where the model reports them",
+            ["agent", "direction"],
+            registry=r,
+        )
+        self.http_request_seconds = Histogram(
+            "tether_http_request_seconds",
+            "Duration of HTTP requests, from the request to the end of the response (a "
+            "stream's whole length), by method, route template and status",
+            ["method", "route", "status"],
+            buckets=_HTTP_BUCKETS,
+            registry=r,
+        )
+        # CPU, memory, open descriptors, start time of this process (Linux).
+        ProcessCollector(registry=r)
         self.checkpoint_bytes = Histogram(
             "tether_checkpoint_bytes",
             "Size of an agent state checkpoint, as JSON",
@@ -178,6 +215,17 @@ class TetherMetrics:
         # another replica also reaches the producer as a refused heartbeat.
         if reason == "gone" or (reason == "cancelled" and lease_lost):
             self.fencing_rejections.inc()
+
+    def first_content(self, agent: str, seconds: float) -> None:
+        self.turn_first_content_seconds.labels(agent).observe(max(seconds, 0.0))
+
+    def tokens_used(
+        self, agent: str, *, input_tokens: int | None, output_tokens: int | None
+    ) -> None:
+        if input_tokens:
+            self.model_tokens.labels(agent, "input").inc(input_tokens)
+        if output_tokens:
+            self.model_tokens.labels(agent, "output").inc(output_tokens)
 
     # ----------------------------------------------------- stores and timing
 

@@ -33,6 +33,9 @@ from starlette.routing import Route
 CALCULATOR_ARGUMENT_PIECES = ['{"expre', 'ssion": "6', " * 7", '"}']
 BROKEN_ARGUMENT_PIECES = ['{"expression": ', '"6 * 7"']
 CONTINUATION = " and that is where the story ends."
+PROMPT_TOKENS = 21
+COMPLETION_TOKENS = 8
+"""The usage each response reports when the request asks for it."""
 
 
 def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
@@ -105,6 +108,22 @@ def _respond(body: dict[str, Any]) -> Iterator[str]:
         yield from _tool_call_response(
             BROKEN_ARGUMENT_PIECES if broken else CALCULATOR_ARGUMENT_PIECES
         )
+    if (body.get("stream_options") or {}).get("include_usage"):
+        # As the real API does: a last chunk with no choices and the call's usage.
+        usage = {
+            "prompt_tokens": PROMPT_TOKENS,
+            "completion_tokens": COMPLETION_TOKENS,
+            "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+        }
+        chunk = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": "test-model-2024",
+            "choices": [],
+            "usage": usage,
+        }
+        yield f"data: {json.dumps(chunk)}\n\n"
     yield "data: [DONE]\n\n"
 
 

@@ -28,6 +28,10 @@ from tether.domain.store_errors import StoreError, StoreUnavailableError
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import TurnRequestError
 from tether.handlers.retention import RetentionOff, retention_runner
+from tether.observability.http_metrics import HTTPMetricsMiddleware
+from tether.observability.logs import ensure_logging
+from tether.observability.request_ids import install_request_ids
+from tether.observability.traces import tracing_from_env
 from tether.runtime.clock import ReplicaClock
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings, settings_from_env
@@ -81,6 +85,11 @@ def setup_app(
     # Without settings, the TETHER_* environment applies, as under `tether serve`:
     # `uvicorn app:app` on the seed's wiring is configured the same way.
     settings = settings or settings_from_env()
+    # Under `tether serve` logging is configured already; under `uvicorn app:app`
+    # nothing configured tether's loggers, and its lines would be dropped.
+    ensure_logging()
+    # OpenTelemetry only with an OTLP endpoint in the environment (and the extra).
+    tracing = tracing_from_env()
     bus = message_bus or MessageBus()
     stores = TurnStores(
         agent_state=agent_state_store,
@@ -92,6 +101,7 @@ def setup_app(
     if clock is None:
         clock = replica_clock = ReplicaClock.of_store(stores.supervision, skew=settings.clock_skew)
     handler = ChatHandler(agent_registries_factory, stores, settings, bus, clock)
+    handler.tracing = tracing
     retention = retention_runner(stores, settings, clock=clock, end_dead=handler.end_erased_turn)
 
     @asynccontextmanager
@@ -123,6 +133,8 @@ def setup_app(
             if not isinstance(retention, RetentionOff):
                 await retention.aclose()
             await handler.shutdown()
+            # After the turns' ends: their last spans are exported too.
+            tracing.shutdown()
             if replica_clock is not None:
                 await replica_clock.aclose()
             for store in reversed(opened):
@@ -132,7 +144,13 @@ def setup_app(
                     logger.warning("closing %r failed", store, exc_info=True)
             signals.closed()
 
-    app = FastAPI(title=title, lifespan=lifespan)
+    telemetry = tracing.fastapi_telemetry()
+    if telemetry is None:
+        app = FastAPI(title=title, lifespan=lifespan)
+    else:
+        # FastAPI's own instrumentation: a server span per request, continuing
+        # an incoming traceparent, on this app's tracer provider.
+        app = FastAPI(title=title, lifespan=lifespan, telemetry=telemetry)  # type: ignore[arg-type]
     app.state.chat_handler = handler
     app.state.clock = clock
     app.state.settings = settings
@@ -143,6 +161,9 @@ def setup_app(
     app.state.mcp_oauth_token_client = mcp_oauth_token_client
     app.state.authenticator = authenticator or HeaderAuthenticator()
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HTTPMetricsMiddleware, histogram=handler.metrics.http_request_seconds)
+    # Last, so outermost: every line of the request's handling carries its id.
+    install_request_ids(app)
 
     @app.exception_handler(TurnRequestError)
     async def turn_request_error(request: Request, error: TurnRequestError) -> JSONResponse:

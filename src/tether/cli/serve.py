@@ -10,6 +10,7 @@ import uvicorn
 
 from tether.api.auth import AuthMode, build_authenticator
 from tether.cli.server_app import build_app
+from tether.observability.logs import configure_logging
 from tether.settings import settings_from_env
 from tether.stores import STORE_NAMES, StoreURLError, compose
 
@@ -58,7 +59,16 @@ def serve_command(
             help=f"Leave a store out (its layer is off): one of {', '.join(STORE_NAMES)}.",
         ),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="Level of tether's and uvicorn's log lines (others: warning).")
+    ] = "info",
+    log_format: Annotated[
+        str,
+        typer.Option(
+            envvar="TETHER_LOG_FORMAT",
+            help="'text' (readable) or 'json' (one object per line, for a log pipeline).",
+        ),
+    ] = "text",
     auth: Annotated[
         AuthMode,
         typer.Option(
@@ -121,6 +131,11 @@ def serve_command(
 ) -> None:
     """Serve the project's agents over HTTP. Settings come from TETHER_* variables."""
     try:
+        # First: the lines of building the app are formatted like the rest.
+        configure_logging(log_level, log_format)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--log-format/--log-level") from error
+    try:
         stores = compose(
             store,
             stream=stream_store,
@@ -165,5 +180,6 @@ def serve_command(
         typer.echo(f"tether serve: {error}", err=True)
         raise typer.Exit(EXIT_BAD_PROJECT) from error
     # The app drains on SIGTERM by itself (``tether.api.signal_drain``).
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level)
+    # log_config=None: uvicorn keeps the logging configured above.
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None)
     uvicorn.Server(config).run()

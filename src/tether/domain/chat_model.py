@@ -62,6 +62,11 @@ class ChatModel(ABC):
     starting over; the deltas it yields are only the continuation.
     """
 
+    model_name: str | None = None
+    """The model asked for, as a trace names it (``gen_ai.request.model``)."""
+    provider_name: str | None = None
+    """Who serves it, as a trace names it (``gen_ai.provider.name``: ``openai``)."""
+
     @abstractmethod
     def stream(
         self, messages: list[ModelMessage], tools: list[ToolSpec]

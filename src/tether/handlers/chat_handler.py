@@ -57,6 +57,7 @@ from tether.handlers.takeover import PRODUCER_LOST, AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of, kept_answer
 from tether.metrics import TetherMetrics, backend_name
+from tether.observability.traces import NO_TRACING, Tracing
 from tether.runtime import conversation_row as rows
 from tether.runtime.conversation_row import RowState
 from tether.runtime.delta_publisher import DeltaPublisher
@@ -142,6 +143,8 @@ class ChatHandler:
         done once they are (or failed to start)."""
         self._background: set[asyncio.Task[object]] = set()
         self.metrics = TetherMetrics()
+        self.tracing: Tracing = NO_TRACING
+        """Where its turns' spans go (``setup_app`` sets it from the environment)."""
         self.heartbeats = (
             HeartbeatBatcher(
                 stores.supervision,
@@ -261,6 +264,7 @@ class ChatHandler:
                 deltas=self.deltas,
                 recorded=recorded,
                 metrics=self.metrics,
+                tracing=self.tracing,
                 next_queued=self.queue.head if request.stateful and self.queue.supported else None,
             )
             turn.hold_lease()

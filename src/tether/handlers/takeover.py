@@ -69,6 +69,7 @@ from tether.handlers.errors import (
     UnknownAgentError,
 )
 from tether.handlers.retention import LEASE_KEY
+from tether.observability.logs import turn_log_context
 from tether.runtime import background
 from tether.runtime import conversation_row as rows
 from tether.runtime.conversation_row import RowState
@@ -278,7 +279,7 @@ class AutomaticTakeover:
             return None
         request = _request(key, marker["request"])
         try:
-            await handler.start_turn(request, resume_message_id=message_id, automatic=True)
+            turn = await handler.start_turn(request, resume_message_id=message_id, automatic=True)
         except (ConversationBusyError, TurnEndedError):
             return False  # another replica (or a client) was first, or it ended
         except UnknownAgentError:
@@ -288,7 +289,8 @@ class AutomaticTakeover:
         except TurnRequestError as error:
             logger.warning("turn %s: cannot take it over: %s", message_id, error)
             return False
-        logger.info("turn %s: taken over from a dead producer", message_id)
+        with turn_log_context(turn.observed.fields):
+            logger.info("turn %s: taken over from a dead producer", message_id)
         return True
 
     async def _marker(self, key: ConversationKey, message_id: str) -> dict[str, Any] | None:

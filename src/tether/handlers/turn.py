@@ -45,6 +45,9 @@ from tether.domain.turn_context import TurnContext
 from tether.handlers.queue import without_queued
 from tether.handlers.turn_ends import kept_answer
 from tether.metrics import TetherMetrics
+from tether.observability.logs import TurnFields
+from tether.observability.traces import NO_TRACING, Tracing
+from tether.observability.turns import TurnObservation
 from tether.runtime import conversation_row as rows
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
@@ -115,6 +118,7 @@ class Turn:
         recorded: ChatMessage | None = None,
         metrics: TetherMetrics | None = None,
         next_queued: NextQueued | None = None,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.request = request
         self.setup = setup
@@ -168,6 +172,18 @@ class Turn:
         self._next_queued = next_queued
         self.passed_to: str | None = None
         """The queued turn this one handed the conversation to at its end, if any."""
+        self.observed = TurnObservation(
+            TurnFields(
+                context.session_id,
+                self.message_id,
+                lease.epoch if lease is not None else None,
+                context.agent_identifier,
+            ),
+            tracing=tracing,
+            metrics=self._metrics,
+            resumed=context.resuming,
+        )
+        """Its log lines, span and timings (started now: the marker names the span)."""
 
     # ----------------------------------------------------------------- life
 
@@ -228,6 +244,16 @@ class Turn:
         # Tool calls' idempotency keys name this turn, also for a ChatClient
         # the agent built itself (``tether.tools.current_turn_id``).
         set_current_turn(self.message_id)
+        end: StreamEnd | None = None
+        try:
+            with self.observed.running():
+                end = await self._run()
+        finally:
+            told = end or self._stop_reason or StreamEnd("dead")
+            self.observed.ended(told.reason, told.error_code)
+        self.buffer.close(end)
+
+    async def _run(self) -> StreamEnd:
         try:
             end = await self._produce()
         except FencedError:
@@ -257,7 +283,7 @@ class Turn:
         finally:
             self._leave_batches()
             await self._close_dependencies()
-        self.buffer.close(end)
+        return end
 
     def _leave_batches(self) -> None:
         if self.lease is not None and self._heartbeats is not None:
@@ -421,6 +447,7 @@ class Turn:
             }
         )
         event = self.buffer.publish(stamped)
+        self.observed.first_content()
         if self._deltas is not None:
             self._deltas.offer(self, event)
         if self._unmeasured_takeover is not None:
@@ -449,6 +476,8 @@ class Turn:
             if own_marker and "conversation" in marker:
                 self._input = [ChatMessage.model_validate(m) for m in marker["conversation"]]
             resuming_turn = own_marker and bool(marker.get("progress"))
+            if own_marker:
+                self.observed.link_to(marker.get("trace"))
             # Count this takeover before the agent runs: a turn whose agent
             # kills every replica that takes it over is stopped after
             # ``TETHER_TAKEOVER_LIMIT`` of them (see ``handlers.takeover``).
@@ -480,7 +509,7 @@ class Turn:
         agent made progress, how often it was taken over, and what a replica
         needs to take it over with no client (``handlers.takeover``)."""
         request = self.request
-        return {
+        marker: dict[str, Any] = {
             "message_id": self.message_id,
             "epoch": self.writer.epoch,
             "progress": progress,
@@ -493,6 +522,11 @@ class Turn:
                 "user_tenants": request.request_headers.user_tenants,
             },
         }
+        trace = self.observed.trace_carrier()
+        if trace:
+            # Its span's context: a later producer's span links to this one.
+            marker["trace"] = trace
+        return marker
 
     async def checkpoint(self) -> None:
         """Save every resumable dependency now (fenced by the turn's epoch)."""

@@ -33,6 +33,7 @@ from tether.domain.chat_message import (
 )
 from tether.domain.chat_model import ChatModel, ModelMessage, ModelRole, ModelToolCall, TextDelta
 from tether.domain.turn_context import TurnContext
+from tether.observability.genai import model_call, tool_call
 from tether.tools import (
     MalformedToolCall,
     Tool,
@@ -99,14 +100,15 @@ class ChatClient(ResumableAgentDependency):
             if turn.finished:
                 break
             requested: list[ModelToolCall] = []
-            async for event in self.model.stream(prefix + turn.model_messages(), specs):
-                if isinstance(event, TextDelta):
-                    if event.text:
-                        turn.add_text(event.text)
-                        yield turn.message()
-                        yielded = True
-                else:
-                    requested.append(event)
+            with model_call(self.model.model_name, self.model.provider_name):
+                async for event in self.model.stream(prefix + turn.model_messages(), specs):
+                    if isinstance(event, TextDelta):
+                        if event.text:
+                            turn.add_text(event.text)
+                            yield turn.message()
+                            yielded = True
+                    else:
+                        requested.append(event)
             if not requested:
                 turn.finished = True
             elif turn.tool_rounds() >= self.max_tool_rounds:
@@ -155,8 +157,10 @@ class ChatClient(ResumableAgentDependency):
             attempt=attempts + 1,
             tool_call_id=call.id,
         )
-        with running_tool_call(context):
+        with tool_call(call.name, call.id) as span, running_tool_call(context):
             status, response = await _invoke(call, tools_by_name)
+            if span is not None and status is ToolCallStatus.ERROR:
+                span.fail("tool_error")
         turn.complete_tool(call.id, status, response)
         # Checkpoint before showing the result: once the runtime has this state, a
         # resume on any replica will not execute the call again.

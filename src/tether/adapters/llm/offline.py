@@ -107,6 +107,9 @@ class OfflineChatModel(ChatModel):
     reports them.
     """
 
+    model_name = "offline"
+    provider_name = "tether"
+
     def __init__(
         self,
         *,

@@ -29,6 +29,7 @@ from tether.domain.chat_model import (
     TextDelta,
     ToolSpec,
 )
+from tether.observability.genai import report_usage
 from tether.tools import MalformedToolCall
 
 
@@ -55,7 +56,8 @@ class OpenAICompatibleChatModel(ChatModel):
         temperature: float | None = None,
         http_client: httpx2.AsyncClient | None = None,
     ) -> None:
-        self.model = model
+        self.model = self.model_name = model
+        self.provider_name = "openai"
         self.temperature = temperature
         self._owns_http_client = http_client is None
         self._client = AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client)
@@ -69,10 +71,18 @@ class OpenAICompatibleChatModel(ChatModel):
             tools=cast(Any, [_tool_to_wire(spec) for spec in tools]) if tools else omit,
             temperature=self.temperature if self.temperature is not None else omit,
             stream=True,
+            # The last chunk then carries the call's token counts (traces, metrics).
+            stream_options={"include_usage": True},
         )
         fragments: dict[int, _ToolCallFragments] = {}
         async with response:
             async for chunk in response:
+                if chunk.usage is not None:
+                    report_usage(
+                        input_tokens=chunk.usage.prompt_tokens,
+                        output_tokens=chunk.usage.completion_tokens,
+                        response_model=chunk.model or None,
+                    )
                 if not chunk.choices:
                     continue
                 delta = chunk.choices[0].delta
