@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 
 class HeadTimeoutH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, with a deadline for each request's head.
+    """uvicorn's h11 protocol, with a deadline for each request's head, and
+    its refusals of a malformed or oversized head in tether's error shape.
 
     The deadline starts when the connection opens and again when a response
     completes; it is cleared once the head has arrived. A connection still
@@ -33,6 +34,7 @@ class HeadTimeoutH11Protocol(H11Protocol):
     """
 
     header_timeout: float = 10.0
+    max_header_bytes: int = 16_384
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
@@ -50,6 +52,30 @@ class HeadTimeoutH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers a head h11 cannot parse (or one that outgrew
+        # h11_max_incomplete_event_size while arriving) in plain text: answer
+        # in tether's shape instead, 431 for the head that is too large.
+        buffered, _ = self.conn.trailing_data
+        if len(buffered) > self.max_header_bytes:
+            status, code = 431, "HEADERS_TOO_LARGE"
+            message = f"the request head is over the {self.max_header_bytes} byte limit"
+        else:
+            status, code, message = 400, "BAD_REQUEST", "the request is not valid HTTP/1.1"
+        body = json.dumps({"code": code, "message": message}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (
+            h11.Response(status_code=status, headers=headers),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
     def _waiting_for_head(self) -> bool:
         return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
@@ -84,9 +110,11 @@ class HeadTimeoutH11Protocol(H11Protocol):
 
 def uvicorn_options(settings: TetherSettings) -> dict[str, Any]:
     """``uvicorn.Config`` keyword arguments that apply the settings' bounds."""
-    protocol = type(
-        "H11Protocol", (HeadTimeoutH11Protocol,), {"header_timeout": settings.header_timeout}
-    )
+    bounds = {
+        "header_timeout": settings.header_timeout,
+        "max_header_bytes": settings.max_header_bytes,
+    }
+    protocol = type("H11Protocol", (HeadTimeoutH11Protocol,), bounds)
     return {
         "http": protocol,
         "timeout_keep_alive": settings.idle_timeout,
