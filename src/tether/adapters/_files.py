@@ -32,7 +32,6 @@ import asyncio
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -44,10 +43,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tether.domain.safe_text import may_hold_surrogates, repair_surrogates
 from tether.domain.store_errors import StoreCorruptedError, StoreError
-
-logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
@@ -191,21 +187,9 @@ def read_json(path: Path) -> Any | None:
 def parse_json(path: Path, raw: bytes) -> Any:
     """The document ``raw``, read from ``path``; raises as ``read_json`` does."""
     try:
-        document = json.loads(raw)
+        return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreCorruptedError(f"{path} is not valid JSON ({exc}); left as is") from exc
-    if may_hold_surrogates(raw):
-        # Versions before the API refused them stored lone surrogates, which no
-        # response can encode: read them as U+FFFD rather than fail every read.
-        document, repaired = repair_surrogates(document)
-        if repaired:
-            logger.warning(
-                "%s holds %d strings with lone UTF-16 surrogates (an older version "
-                "stored them); read with U+FFFD in their place",
-                path,
-                repaired,
-            )
-    return document
 
 
 def read_model(path: Path, model: type[_M]) -> _M | None:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tether.domain.safe_text import may_hold_surrogates, repair_surrogates
 from tether.domain.store_errors import StoreCorruptedError
-
-logger = logging.getLogger(__name__)
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -79,21 +75,9 @@ def load(raw: object, what: str) -> Any:
     if not isinstance(raw, str):
         raise StoreCorruptedError(f"{what} holds a {type(raw).__name__}, not JSON; left as is")
     try:
-        document = json.loads(raw)
+        return json.loads(raw)
     except json.JSONDecodeError as exc:
         raise StoreCorruptedError(f"{what} is not valid JSON ({exc}); left as is") from exc
-    if may_hold_surrogates(raw):
-        # Versions before the API refused them stored lone surrogates, which no
-        # response can encode: read them as U+FFFD rather than fail every read.
-        document, repaired = repair_surrogates(document)
-        if repaired:
-            logger.warning(
-                "%s holds %d strings with lone UTF-16 surrogates (an older version "
-                "stored them); read with U+FFFD in their place",
-                what,
-                repaired,
-            )
-    return document
 
 
 def validate(model: type[_M], document: Any, what: str) -> _M:
