@@ -4,10 +4,9 @@ Every operation of the schema gets generated requests, valid and not, on the
 file store, SQLite and PostgreSQL: none may answer 5xx, every documented
 response must match its schema, every 4xx is tether's ``{"code", "message"}``,
 and a conversation an accepted request wrote reads back (the conversation, its
-UI messages and the owner's list). Most valid
-generated turns are pointed at a real agent, so the success paths run too, not
-only the 404 for an agent nobody set up. Bounded: a fixed number of examples per
-operation and a deadline per run, so the whole module stays under a minute.
+UI messages and the owner's list). Most valid generated turns are pointed at a
+real agent, so the success paths run too, not only the 404 for an agent nobody
+set up. Bounded: a fixed number of examples per operation and backend.
 """
 
 from __future__ import annotations
