@@ -276,7 +276,7 @@ async def test_a_turn_is_the_ui_message_stream() -> None:
         # Nothing runs now: a reconnect is a 204, a stop is a harmless 204.
         reconnect = await client.get("/ai-sdk/chat/chat1/stream?tenant=t", headers=ALICE)
         assert reconnect.status_code == 204
-        stop = await client.post("/ai-sdk/chat/chat1/stop?tenant=t", headers=ALICE)
+        stop = await client.post("/ai-sdk/chat/chat1/stop?tenant=t", json={}, headers=ALICE)
         assert stop.status_code == 204
         # Another user's conversation is not theirs to read.
         bob = await client.get(

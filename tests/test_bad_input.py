@@ -416,7 +416,9 @@ def test_a_chunked_body_under_the_limit_is_served(world: World) -> None:
     ("query", "headers"),
     [
         (f"start_index={10**9}", {}),
-        ("", {"Last-Event-ID": "{message_id}:" + "9" * 30}),
+        # The largest index Last-Event-ID may name (bounded like start_index;
+        # past it is a 422, in test_validated_edge).
+        ("", {"Last-Event-ID": "{message_id}:" + "9" * 9}),
         ("", {"Last-Event-ID": "garbage:::"}),
     ],
     ids=["start-index-max", "last-event-id-huge", "last-event-id-garbage"],

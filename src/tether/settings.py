@@ -76,6 +76,18 @@ class TetherSettings:
     cancellation) is handed off without it (``tether.api.signal_drain``)."""
     max_body_bytes: int = 1_000_000
     """Request bodies over this size are refused with 413."""
+    max_header_bytes: int = 16_384
+    """A request head (request line and headers) over this size is refused
+    with 431; while it arrives, no more than this is buffered."""
+    header_timeout: float = 10.0
+    """A connection must deliver a request's head within this long of opening,
+    or of the previous response: else it is answered 408 and closed (a client
+    that trickles its headers, or connects and sends nothing)."""
+    body_timeout: float = 30.0
+    """A request body must arrive whole within this long of its head: else it
+    is answered 408 and the connection closed (a body sent a byte a second)."""
+    idle_timeout: float = 5.0
+    """A kept-alive connection with no request for this long is closed."""
     retention: float | None = None
     """Conversations not updated for this long are erased, with everything they
     own, by one replica at a time (``TETHER_RETENTION``, an age such as ``30d``;
@@ -88,6 +100,11 @@ class TetherSettings:
     local clock, before the store's clock corrects it (``tether.runtime.clock``)."""
 
     def __post_init__(self) -> None:
+        for name in ("max_header_bytes", "header_timeout", "body_timeout", "idle_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(
+                    f"TETHER_{name.upper()} must be positive, not {getattr(self, name)}"
+                )
         if self.retention is not None and self.retention <= 0:
             raise ValueError(f"TETHER_RETENTION must be positive, not {self.retention}")
         if self.retention_interval <= 0:

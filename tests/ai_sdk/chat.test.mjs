@@ -20,6 +20,8 @@ const TENANT = config.tenant;
 const PROMPT = config.prompt;
 const REFERENCE = config.reference; // the crash-free answer to PROMPT, as text
 const WAIT = 60_000; // ms: the bound on any one wait below
+// The stop route takes only JSON, so a cross-site form cannot post to it.
+const STOP = { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' };
 
 let balancer;
 
@@ -314,7 +316,7 @@ test('stop: stopping cancels the turn from any replica and keeps the partial ans
   await until('the second screen to catch up', () => watched.some((c) => c.type === 'text-delta'));
 
   // The AI SDK's pattern for a resumable chat: the stop endpoint, then stop().
-  const stopped = await api(`/ai-sdk/chat/${id}/stop`, requester, { method: 'POST' });
+  const stopped = await api(`/ai-sdk/chat/${id}/stop`, requester, STOP);
   assert.equal(stopped.status, 204);
   await chat.stop();
   await sending;
@@ -336,6 +338,6 @@ test('stop: stopping cancels the turn from any replica and keeps the partial ans
   // Nothing runs any more: a reconnect resumes nothing, a second stop is harmless.
   await chat.resumeStream();
   assert.equal(chat.status, 'ready');
-  const again = await api(`/ai-sdk/chat/${id}/stop`, requester, { method: 'POST' });
+  const again = await api(`/ai-sdk/chat/${id}/stop`, requester, STOP);
   assert.equal(again.status, 204);
 });

@@ -10,14 +10,18 @@ from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.api.auth import AuthenticationError, Authenticator, HeaderAuthenticator
 from tether.api.body_limit import BodySizeLimitMiddleware
+from tether.api.body_timeout import BodyTimeoutMiddleware
+from tether.api.header_limit import HeaderSizeLimitMiddleware
 from tether.api.identity import AUTH_RESPONSES, AUTHENTICATED
 from tether.api.routers import ai_sdk, chat, conversations, metrics, probes, web
 from tether.api.signal_drain import SignalDrain
+from tether.api.validation_errors import validation_error
 from tether.domain.agent_registries import AgentRegistriesFactory
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
 from tether.domain.chat_conversation_store import ChatConversationStore
@@ -162,6 +166,10 @@ def setup_app(
     app.state.authenticator = authenticator or HeaderAuthenticator()
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(HTTPMetricsMiddleware, histogram=handler.metrics.http_request_seconds)
+    app.add_middleware(BodyTimeoutMiddleware, timeout=settings.body_timeout)
+    app.add_middleware(HeaderSizeLimitMiddleware, max_bytes=settings.max_header_bytes)
+
+    app.add_exception_handler(RequestValidationError, validation_error)
     # Last, so outermost: every line of the request's handling carries its id.
     install_request_ids(app)
 

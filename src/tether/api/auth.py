@@ -84,6 +84,10 @@ class Authenticator(ABC):
         """The identity of ``request``, or an error as above."""
 
 
+IDENTITY_HEADERS = ("requester-uuid", "user-tenants", "user-roles")
+"""The headers a trusted gateway sets for ``HeaderAuthenticator``."""
+
+
 class HeaderAuthenticator(Authenticator):
     """Identity from headers set by a trusted gateway: ``requester-uuid``,
     ``user-roles`` and ``user-tenants`` (comma-separated), ``Authorization``
@@ -92,14 +96,19 @@ class HeaderAuthenticator(Authenticator):
     Nothing is verified, so the server must only be reachable through a gateway
     that strips these headers from clients and sets them itself. A requester
     id that is not a valid id (control characters, separators, longer than
-    256 characters) is a 400. ``user-tenants``, when the gateway sets it,
-    limits the tenants as the seed's SDK does: a request whose ``tenant`` is
-    not in it is 403 (an empty header allows none); without the header the
-    gateway alone decides.
+    256 characters) is a 400, and so is any of the three headers given more
+    than once. ``user-tenants``, when the gateway sets it, limits the tenants
+    as the seed's SDK does: a request whose ``tenant`` is not in it is 403 (an
+    empty header allows none); without the header the gateway alone decides.
     """
 
     def authenticate(self, request: Request) -> RequestHeaders:
         headers = request.headers
+        for name in IDENTITY_HEADERS:
+            # One value per header: with two, the gateway's and the client's
+            # could both arrive, and which one wins would depend on the order.
+            if len(headers.getlist(name)) > 1:
+                raise InvalidIdentityError(f"the {name} header is given more than once")
         requester = headers.get("requester-uuid")
         if requester is not None and requester != "" and not _is_valid_id(requester):
             raise InvalidIdentityError("the requester-uuid header is not a valid id")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tether.api.refusal import send_refusal
 
 
 class BodySizeLimitMiddleware:
@@ -59,23 +59,6 @@ class BodySizeLimitMiddleware:
         await self.app(scope, limited_receive, tracking_send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps(
-            {
-                "code": "BODY_TOO_LARGE",
-                "message": f"request body is over the {self.max_bytes} byte limit",
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    # The rest of the body is never read: the connection cannot
-                    # carry another request.
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        # The rest of the body is never read: the refusal closes the connection.
+        message = f"request body is over the {self.max_bytes} byte limit"
+        await send_refusal(send, 413, "BODY_TOO_LARGE", message)

@@ -4,14 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from tether.api.ids import ID_PATTERN, MAX_ID_LENGTH
 from tether.domain.chat_message import ChatMessage, ConversationContext
 from tether.domain.chat_request import MultitaskStrategy
+from tether.domain.safe_text import find_unsafe, shown_path
+
+UNSAFE_TEXT = "unsafe_text"
+"""The pydantic error type of ``RequestBody``'s refusal; its context names the field."""
 
 
-class ChatResponseForm(BaseModel):
+class RequestBody(BaseModel):
+    """A JSON body a client sends. Before any field is validated, the whole raw
+    document is checked once: every string and key valid Unicode without NUL
+    (PostgreSQL cannot store either, so no backend may), nesting at most
+    ``safe_text.MAX_DEPTH`` deep. Every request model derives from this, so no
+    route can take a body that skips it."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unsafe_text(cls, data: Any) -> Any:
+        unsafe = find_unsafe(data)
+        if unsafe is not None:
+            field = shown_path(unsafe.path)
+            raise PydanticCustomError(
+                UNSAFE_TEXT,
+                "{field} {reason}",
+                {"field": field or "body", "reason": unsafe.reason, "path": field},
+            )
+        return data
+
+
+class ChatResponseForm(RequestBody):
     """The body of a turn. The server assigns the turn's ``message_id``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -55,6 +81,16 @@ class ErrorBody(BaseModel):
     message: str
     detail: str | BusyDetail | None = None
     message_id: str | None = None
+
+
+class ValidationErrorBody(BaseModel):
+    """A 422: the request did not validate. ``field`` is where (``body.conversation.0.content``,
+    ``query.start_index``, ``header.Last-Event-ID``); the rejected value is never echoed."""
+
+    code: str = Field(description="INVALID_REQUEST")
+    message: str
+    field: str
+    detail: str | None = None
 
 
 class QueuedTurnBody(BaseModel):

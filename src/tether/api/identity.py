@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import Depends, Request
 
 from tether.api.auth import Authenticator, HeaderAuthenticator
-from tether.api.forms import ErrorBody
+from tether.api.forms import ErrorBody, ValidationErrorBody
 from tether.domain.chat_request import RequestHeaders
 
 _STATE_KEY = "tether_identity"
@@ -57,5 +57,7 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "Malformed request or identity"},
     401: {"model": ErrorBody, "description": "No valid bearer token (with --auth jwt)"},
     403: {"model": ErrorBody, "description": "Not the owner, or a tenant the token excludes"},
+    # Replaces FastAPI's default 422 schema: tether.api.validation_errors answers it.
+    422: {"model": ValidationErrorBody, "description": "The request did not validate"},
 }
 """What ``authenticate`` can answer, for the OpenAPI schema of those routers."""

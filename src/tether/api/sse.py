@@ -10,23 +10,39 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 
 from sse_starlette import ServerSentEvent
 
+from tether.api.validation_errors import invalid_request
 from tether.domain.store_errors import StoreUnavailableError
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 logger = logging.getLogger(__name__)
 
+MAX_START_INDEX = 10**9
+"""The largest index an attach may start from, by ``start_index`` or ``Last-Event-ID``."""
+_INDEX = re.compile(r"[0-9]{1,10}")
+"""ASCII digits only: ``str.isdigit`` also accepts ``²``, which ``int`` refuses."""
+
 
 def parse_last_event_id(value: str | None, message_id: str) -> int | None:
-    """The index to start after, from a ``Last-Event-ID`` of this turn (else None)."""
+    """The index to start after, from a ``Last-Event-ID`` of this turn; None
+    when there is none or it names another turn (``start_index`` applies).
+
+    An id of this turn whose index is not one tether sends is a 422, bounded as
+    ``start_index`` is: never a number too long to parse."""
     if not value:
         return None
     turn, _, index = value.rpartition(":")
-    if turn != message_id or not index.isdigit():
+    if turn != message_id:
         return None
+    if _INDEX.fullmatch(index) is None or int(index) >= MAX_START_INDEX:
+        raise invalid_request(
+            "header.Last-Event-ID",
+            f"must be <message_id>:<index>, the index at most {MAX_START_INDEX - 1}",
+        )
     return int(index) + 1
 
 

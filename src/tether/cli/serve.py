@@ -9,6 +9,7 @@ import typer
 import uvicorn
 
 from tether.api.auth import AuthMode, build_authenticator
+from tether.api.server_limits import uvicorn_options
 from tether.cli.server_app import build_app
 from tether.observability.logs import configure_logging
 from tether.settings import settings_from_env
@@ -165,11 +166,12 @@ def serve_command(
         )
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--auth") from error
+    settings = settings_from_env()
     try:
         app = build_app(
             project_dir,
             stores=stores,
-            settings=settings_from_env(),
+            settings=settings,
             authenticator=authenticator,
             mcp_store_url=store,
         )
@@ -180,6 +182,14 @@ def serve_command(
         typer.echo(f"tether serve: {error}", err=True)
         raise typer.Exit(EXIT_BAD_PROJECT) from error
     # The app drains on SIGTERM by itself (``tether.api.signal_drain``).
-    # log_config=None: uvicorn keeps the logging configured above.
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, log_config=None)
+    # log_config=None: uvicorn keeps the logging configured above. Slow and
+    # oversized clients are bounded here (``tether.api.server_limits``).
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=None,
+        **uvicorn_options(settings),
+    )
     uvicorn.Server(config).run()

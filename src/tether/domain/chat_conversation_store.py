@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from tether.domain.chat_message import ChatMessage, ConversationContext
+from tether.domain.safe_text import repair_surrogates
+
+logger = logging.getLogger(__name__)
 
 LastTurnStatus = Literal["running", "complete", "errored", "cancelled"]
 
@@ -34,6 +38,16 @@ class ConversationSummary(BaseModel):
     updated_at: datetime
     message_count: int = 0
     title: str = ""
+
+    @field_validator("title")
+    @classmethod
+    def _repair_title(cls, title: str) -> str:
+        # The first user message's text: see ChatMessage's repair. Ids are
+        # left exactly as stored; the API never lets a lone surrogate into one.
+        repaired, count = repair_surrogates(title)
+        if count:
+            logger.warning("a conversation title held a lone UTF-16 surrogate; replaced by U+FFFD")
+        return str(repaired)
 
 
 class ConversationPage(BaseModel):

@@ -7,11 +7,16 @@ recording keep only the newest message and lets a client join mid-turn.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tether.domain.safe_text import repair_surrogates
+
+logger = logging.getLogger(__name__)
 
 
 class ChatMessageSender(StrEnum):
@@ -100,6 +105,25 @@ class ChatMessage(BaseModel):
         description="set while the message waits for the turns before it "
         "(multitask_strategy=enqueue); the server sets it, never a client",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _repair_lone_surrogates(cls, data: Any) -> Any:
+        # The API refuses lone surrogates (tether.api.forms), but SQLite and the
+        # file store kept those an older version let in, and an agent may yield
+        # one: no response can encode it, so it is read as U+FFFD instead.
+        if not isinstance(data, dict):
+            return data
+        repaired, count = repair_surrogates(data)
+        if count:
+            logger.warning(
+                "a %s message (message_id %s) held %d strings with lone UTF-16 "
+                "surrogates; replaced by U+FFFD",
+                data.get("sender"),
+                ascii(data.get("message_id")),
+                count,
+            )
+        return repaired
 
 
 class ConversationContext(BaseModel):

@@ -387,7 +387,9 @@ def _decode_stale_cursor(cursor: str) -> tuple[int, str, str]:
         )
     except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
         raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
-    if type(updated_us) is not int or not (isinstance(tenant, str) and isinstance(session_id, str)):
+    if not _is_position(updated_us) or not (
+        isinstance(tenant, str) and isinstance(session_id, str)
+    ):
         raise ValueError(f"malformed conversation cursor: {cursor!r}")
     return updated_us, tenant, session_id
 
@@ -397,6 +399,12 @@ def _decode_cursor(cursor: str) -> tuple[int, str]:
         updated_us, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
     except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
         raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
-    if type(updated_us) is not int or not isinstance(session_id, str):
+    if not _is_position(updated_us) or not isinstance(session_id, str):
         raise ValueError(f"malformed conversation cursor: {cursor!r}")
     return updated_us, session_id
+
+
+def _is_position(updated_us: object) -> bool:
+    # SQLite integers are 64-bit: a larger one overflows in the driver, which
+    # would make a forged cursor a server error instead of a refusal.
+    return type(updated_us) is int and 0 <= updated_us < 2**63

@@ -11,9 +11,10 @@ as it talks to any AI SDK server, with no custom code:
 - ``GET /ai-sdk/chat/{id}/stream``: the transport's reconnect (``useChat``
   with ``resume: true``). Replays the conversation's running turn from its
   start, then follows it live, from any replica; 204 when nothing runs.
-- ``POST /ai-sdk/chat/{id}/stop``: cancels the conversation's running turn,
-  from any replica (the stop endpoint the AI SDK's documentation asks a
-  resumable front end to add; ``stop()`` alone only closes the connection).
+- ``POST /ai-sdk/chat/{id}/stop`` (a JSON body, ``{}``): cancels the
+  conversation's running turn, from any replica (the stop endpoint the AI
+  SDK's documentation asks a resumable front end to add; ``stop()`` alone
+  only closes the connection).
 - ``GET /ai-sdk/chat/{id}/messages``: the stored transcript as ``UIMessage``s,
   a front end's initial ``messages`` after a reload.
 
@@ -33,9 +34,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tether.api.ai_sdk_parts import (
     DONE,
@@ -45,9 +47,10 @@ from tether.api.ai_sdk_parts import (
     error_part,
     ui_message,
 )
-from tether.api.forms import ErrorBody
+from tether.api.forms import ErrorBody, RequestBody
 from tether.api.identity import request_identity
 from tether.api.ids import ID_PATTERN, MAX_ID_LENGTH, SessionPath, TenantQuery
+from tether.api.validation_errors import invalid_request
 from tether.domain.chat_conversation_store import ConversationNotOwnedError
 from tether.domain.chat_message import ChatMessage, ChatMessageSender, ConversationContext
 from tether.domain.chat_request import ChatRequest
@@ -106,7 +109,7 @@ class UIMessageIn(BaseModel):
         )
 
 
-class AISDKChatBody(BaseModel):
+class AISDKChatBody(RequestBody):
     """``DefaultChatTransport``'s request body, and the fields a front end adds."""
 
     # The AI SDK merges the front end's own body fields in: ignore what we
@@ -273,10 +276,46 @@ async def ai_sdk_reconnect(
     return _response(_ui_stream(handler, tenant, requester, session_id, status.message_id, source))
 
 
-@router.post("/{session_id}/stop", status_code=204, responses=_ERRORS)
+async def _json_only(request: Request) -> None:
+    """Refuse any body but JSON (415), and JSON that is not an object (422).
+
+    A cross-site HTML form can POST form-encoded or plain text with the
+    user's cookies, but not ``application/json`` (that needs a CORS preflight
+    the server never grants), so where a gateway identifies users by cookie a
+    foreign page cannot stop their turns."""
+    media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise StarletteHTTPException(
+            415, "this route takes only a JSON body (Content-Type: application/json)"
+        )
+    body = await request.body()
+    if not body.strip():
+        return
+    try:
+        document = json.loads(body)
+    except ValueError:
+        raise invalid_request("body", "is not valid JSON") from None
+    if not isinstance(document, dict):
+        raise invalid_request("body", "must be a JSON object, such as {}")
+
+
+@router.post(
+    "/{session_id}/stop",
+    status_code=204,
+    responses={**_ERRORS, 415: {"model": ErrorBody}},
+    dependencies=[Depends(_json_only)],
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object"}}},
+        }
+    },
+)
 async def ai_sdk_stop(tenant: TenantQuery, session_id: SessionPath, request: Request) -> Response:
     """Cancel the conversation's running turn, from any replica; the partial
-    answer is kept. 204 also when nothing runs: a stop is idempotent."""
+    answer is kept. 204 also when nothing runs: a stop is idempotent. The body
+    is JSON (``{}``): anything else is refused, so a cross-site form cannot
+    stop a user's turn."""
     handler = _handler(request)
     requester = request_identity(request).requester_uuid
     for _ in range(_STOP_TRIES):

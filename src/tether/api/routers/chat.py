@@ -17,8 +17,15 @@ from tether.api.forms import (
     StreamStatusBody,
 )
 from tether.api.identity import request_identity
-from tether.api.ids import MessageIdPath, OptionalSessionQuery, SessionQuery, TenantQuery
-from tether.api.sse import frame, parse_last_event_id
+from tether.api.ids import (
+    ID_PATTERN,
+    MAX_ID_LENGTH,
+    MessageIdPath,
+    OptionalSessionQuery,
+    SessionQuery,
+    TenantQuery,
+)
+from tether.api.sse import MAX_START_INDEX, frame, parse_last_event_id
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.handlers.chat_handler import ChatHandler
@@ -135,7 +142,9 @@ async def chat_stream(
     form: ChatResponseForm,
     request: Request,
     resume: bool = False,
-    message_id: Annotated[str | None, Query(min_length=1, max_length=256)] = None,
+    message_id: Annotated[
+        str | None, Query(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)
+    ] = None,
 ) -> EventSourceResponse:
     """Run a turn, streamed as SSE. ``resume=true&message_id=M`` takes over dead turn M.
 
@@ -218,7 +227,7 @@ async def chat_stream_attach(
     message_id: MessageIdPath,
     request: Request,
     session_id: OptionalSessionQuery = None,
-    start_index: Annotated[int, Query(ge=0, le=10**9)] = 0,
+    start_index: Annotated[int, Query(ge=0, le=MAX_START_INDEX)] = 0,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventSourceResponse:
     """Attach to a turn: every event from ``start_index`` (or after ``Last-Event-ID``)."""

@@ -13,7 +13,7 @@ from typing import Annotated, TypeVar
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
-from tether.api.forms import ErrorBody
+from tether.api.forms import ErrorBody, RequestBody
 from tether.api.identity import request_identity
 from tether.api.ids import SessionPath, TenantQuery
 from tether.domain.chat_conversation_store import (
@@ -45,7 +45,7 @@ class ConversationBody(BaseModel):
     messages: list[ChatMessage]
 
 
-class SharePatch(BaseModel):
+class SharePatch(RequestBody):
     shared: bool
 
 
@@ -73,7 +73,12 @@ async def list_conversations(
     tenant: TenantQuery,
     request: Request,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[str | None, Query(max_length=1024)] = None,
+    cursor: Annotated[
+        str | None,
+        # Every store's cursor is base64url: anything else is refused here,
+        # before a store parses it.
+        Query(min_length=1, max_length=1024, pattern=r"^[A-Za-z0-9_=-]+$"),
+    ] = None,
 ) -> ConversationPage:
     """Your own conversations, most recently updated first."""
     requester = request_identity(request).requester_uuid
