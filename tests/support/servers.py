@@ -47,7 +47,9 @@ class ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20.0) -> ServerProcess:
+    def start(self, timeout: float = 60.0) -> ServerProcess:
+        # The wait ends as soon as the server answers; the bound is for a
+        # server that never does, generous so a loaded machine is not one.
         command = [
             sys.executable, "-m", "tether", "serve", str(self.project_dir),
             "--port", str(self.port), "--store", self.store_url, "--log-level", "warning",
