@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.support.scripted import AGENT, ScriptedCluster, question
+from tests.support.scripted import ScriptedCluster, dies_after_its_last_write
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
-from tether.domain.chat_request import ChatRequest, MultitaskStrategy, RequestHeaders
+from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.erase import erase_conversation
-from tether.handlers.queue import Ticket, queued_id, waiting_in
+from tether.handlers.queue import queued_id, waiting_in
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
 from tether.runtime.lease import ConversationKey
@@ -39,27 +39,6 @@ async def cluster() -> AsyncIterator[ScriptedCluster]:
         await staged.aclose()
 
 
-async def _enqueue(replica: ChatHandler, text: str) -> Ticket:
-    request = ChatRequest(
-        tenant="t",
-        request_headers=RequestHeaders(requester_uuid="u"),
-        agent_identifier=AGENT,
-        conversation=[question(text)],
-        stateful=True,
-        session_id="s1",
-        multitask_strategy="enqueue",
-    )
-    queued = await replica.queue.submit(request)
-    assert isinstance(queued, Ticket), "the conversation was busy: the turn should wait"
-    return queued
-
-
-def _answer(cluster: ScriptedCluster, message_id: str, text: str, producer: int = 0) -> None:
-    script = cluster.scripts.of(message_id, producer)
-    script.say(text)
-    script.finish()
-
-
 async def _half_said(cluster: ScriptedCluster, replica: ChatHandler, turn: Turn) -> None:
     """``turn`` has said "Half", checkpointed it, and its recording holds it,
     as after a flush."""
@@ -70,17 +49,6 @@ async def _half_said(cluster: ScriptedCluster, replica: ChatHandler, turn: Turn)
     await script.spoken(2)
     assert replica.flusher is not None
     await replica.flusher.flush()
-
-
-def _dies_after_its_last_write(replica: ChatHandler) -> None:
-    """``replica`` starts nothing after its turns' last writes, as when it is
-    killed right after them."""
-
-    async def nothing(*args: object) -> None:
-        return None
-
-    replica.queue.start_passed_on = nothing  # type: ignore[method-assign,assignment]
-    replica.queue.kick = nothing  # type: ignore[method-assign,assignment]
 
 
 def _shape(transcript: list[ChatMessage]) -> list[tuple[str, str]]:
@@ -117,14 +85,14 @@ async def test_a_new_message_over_a_dead_turn_keeps_that_turns_answer(
     cluster.kill_by_silence()
 
     if strategy == "enqueue":
-        second_id = (await _enqueue(b, "Two?")).message_id
-        _answer(cluster, first.message_id, " and whole.", producer=1)
-        _answer(cluster, second_id, "Answer two.")
+        second_id = (await cluster.enqueue(b, "s1", "Two?")).message_id
+        cluster.answer(first.message_id, " and whole.", producer=1)
+        cluster.answer(second_id, "Answer two.")
         assert await b.takeovers.scan() == 1  # the dead turn first
     else:
         second = await cluster.start(b, "s1", "Two?", strategy=strategy)
         second_id = second.message_id
-        _answer(cluster, second_id, "Answer two.")
+        cluster.answer(second_id, "Answer two.")
     async with asyncio.timeout(10):
         await cluster.scripts.of(second_id).started.wait()
     runs = [t for r in cluster.replicas if (t := r.local_turn(second_id)) is not None]
@@ -157,9 +125,9 @@ async def test_a_queued_turn_whose_cancel_returned_never_produces(
     race is cancelled as a running turn before the cancel answers."""
     a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    _dies_after_its_last_write(a)
-    _answer(cluster, first.message_id, "Answer one.")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    dies_after_its_last_write(a)
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
 
     assert cluster.stores.conversation is not None
@@ -174,7 +142,7 @@ async def test_a_queued_turn_whose_cancel_returned_never_produces(
     removing.release()
     await cancel  # it answered OK
 
-    _answer(cluster, two.message_id, "Answer two.")
+    cluster.answer(two.message_id, "Answer two.")
     (started,) = [t for r in cluster.replicas if (t := r.local_turn(two.message_id)) is not None]
     assert await cluster.ended(started) == "cancelled"
     # The poll's start won the race, and was cancelled before it produced.
@@ -213,7 +181,7 @@ async def test_an_erase_racing_the_takeover_of_a_dead_turn_leaves_nothing(
         erase_conversation(stores, "t", "u", "s1", clock=b.clock, dead_after=b.dead_after)
     )
     await erasing.reached()
-    _answer(cluster, first.message_id, " and whole.", producer=1)
+    cluster.answer(first.message_id, " and whole.", producer=1)
     await b.takeovers.scan()
     erasing.release()
     assert await erase
@@ -243,8 +211,8 @@ async def test_a_cancels_partial_answer_is_kept_before_the_next_turn_starts(
     a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
     await _half_said(cluster, a, first)
-    two = await _enqueue(b, "Two?")
-    _answer(cluster, two.message_id, "Answer two.")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    cluster.answer(two.message_id, "Answer two.")
 
     assert cluster.stores.conversation is not None
     keeping = hold(
@@ -288,15 +256,15 @@ async def test_a_queued_turn_cancelled_during_the_hand_off_ends_cancelled(
     and nothing is written to its transcript."""
     a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    _dies_after_its_last_write(a)
+    two = await cluster.enqueue(b, "s1", "Two?")
+    dies_after_its_last_write(a)
     assert cluster.stores.supervision is not None and cluster.stores.conversation is not None
     handing = hold(
         cluster.stores.supervision,
         "compare_and_swap",
         when=lambda *args: args[4].message_id == two.message_id,
     )
-    _answer(cluster, first.message_id, "Answer one.")
+    cluster.answer(first.message_id, "Answer one.")
     await handing.reached()
     await b.cancel("t", "u", "s1", two.message_id)
     handing.release()

@@ -13,13 +13,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.support.scripted import AGENT, ScriptedCluster, question
+from tests.support.scripted import ScriptedCluster, dies_after_its_last_write, enqueued
 from tether.domain.chat_message import ChatMessage
-from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import NotImplementedByStoreError
-from tether.handlers.queue import QUEUED_SUFFIX, Ticket, waiting_in
+from tether.handlers.queue import QUEUED_SUFFIX, waiting_in
 from tether.handlers.turn import Turn
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
@@ -35,31 +34,6 @@ async def cluster() -> AsyncIterator[ScriptedCluster]:
         yield staged
     finally:
         await staged.aclose()
-
-
-def _request(text: str) -> ChatRequest:
-    return ChatRequest(
-        tenant="t",
-        request_headers=RequestHeaders(requester_uuid="u"),
-        agent_identifier=AGENT,
-        conversation=[question(text)],
-        stateful=True,
-        session_id="s1",
-        multitask_strategy="enqueue",
-    )
-
-
-async def _enqueue(replica: ChatHandler, text: str) -> Ticket:
-    queued = await replica.queue.submit(_request(text))
-    assert isinstance(queued, Ticket), "the conversation was busy: the turn should wait"
-    return queued
-
-
-def _answer(cluster: ScriptedCluster, message_id: str, text: str) -> None:
-    """What turn ``message_id``'s agent will say when it runs (given ahead)."""
-    script = cluster.scripts.of(message_id)
-    script.say(text)
-    script.finish()
 
 
 async def _ran(cluster: ScriptedCluster, message_id: str) -> Turn:
@@ -82,9 +56,9 @@ async def test_queued_turns_run_one_at_a_time_in_arrival_order_from_any_replica(
 ) -> None:
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    three = await _enqueue(a, "Three?")
-    four = await _enqueue(b, "Four?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(a, "s1", "Three?")
+    four = await cluster.enqueue(b, "s1", "Four?")
     assert [two.position, three.position, four.position] == [1, 2, 3]
 
     # Recorded at once, marked queued; the status shows the queue in order.
@@ -101,8 +75,8 @@ async def test_queued_turns_run_one_at_a_time_in_arrival_order_from_any_replica(
     ]
 
     for ticket, text in ((two, "Answer two."), (three, "Answer three."), (four, "Answer four.")):
-        _answer(cluster, ticket.message_id, text)
-    _answer(cluster, first.message_id, "Answer one.")
+        cluster.answer(ticket.message_id, text)
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
     for ticket in (two, three, four):
         await _ran(cluster, ticket.message_id)
@@ -142,24 +116,24 @@ async def test_queued_turns_run_one_at_a_time_in_arrival_order_from_any_replica(
 async def test_an_idle_conversation_with_nothing_waiting_starts_at_once(
     cluster: ScriptedCluster,
 ) -> None:
-    started = await cluster.replica().queue.submit(_request("Hello?"))
+    started = await cluster.replica().queue.submit(enqueued("s1", "Hello?"))
     assert isinstance(started, Turn)
-    _answer(cluster, started.message_id, "Hi.")
+    cluster.answer(started.message_id, "Hi.")
     assert await cluster.ended(started) == "done"
 
 
 async def test_a_queued_turn_can_be_cancelled_from_any_replica(cluster: ScriptedCluster) -> None:
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(a, "Two?")
-    three = await _enqueue(a, "Three?")
+    two = await cluster.enqueue(a, "s1", "Two?")
+    three = await cluster.enqueue(a, "s1", "Three?")
     await b.cancel("t", "u", "s1", two.message_id)
     status = await a.status("t", "u", "s1")
     assert [w.message_id for w in status.queue] == [three.message_id]
     assert "Two?" not in [m.content for m in await cluster.transcript("s1")]
 
-    _answer(cluster, three.message_id, "Answer three.")
-    _answer(cluster, first.message_id, "Answer one.")
+    cluster.answer(three.message_id, "Answer three.")
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
     await _ran(cluster, three.message_id)
     assert not cluster.scripts.of(two.message_id).started.is_set()
@@ -181,8 +155,8 @@ async def test_attaching_to_a_queued_turn_streams_it_once_it_starts(
 ) -> None:
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    three = await _enqueue(b, "Three?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(b, "s1", "Three?")
     events, _ = await b.attach("t", "u", "s1", two.message_id, 0)
     reading = asyncio.create_task(_read(events))
     cancelled_events, _ = await b.attach("t", "u", "s1", three.message_id, 0)
@@ -190,8 +164,8 @@ async def test_attaching_to_a_queued_turn_streams_it_once_it_starts(
     await a.cancel("t", "u", "s1", three.message_id)
     assert await cancelled == ([], StreamEnd("cancelled"))
 
-    _answer(cluster, two.message_id, "Answer two.")
-    _answer(cluster, first.message_id, "Answer one.")
+    cluster.answer(two.message_id, "Answer two.")
+    cluster.answer(first.message_id, "Answer one.")
     texts, end = await reading
     assert texts[-1] == "Answer two." and end.reason == "done"
 
@@ -201,8 +175,8 @@ async def test_the_queue_drains_when_the_producer_dies(cluster: ScriptedCluster)
     first = await cluster.start(a, "s1", "One?")
     cluster.scripts.of(first.message_id).say("Half")
     await cluster.scripts.of(first.message_id).spoken()
-    two = await _enqueue(b, "Two?")
-    _answer(cluster, two.message_id, "Answer two.")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    cluster.answer(two.message_id, "Answer two.")
 
     cluster.kill_by_silence()  # a is gone; b's takeover finishes its turn
     resumed = cluster.scripts.of(first.message_id, 1)
@@ -224,10 +198,10 @@ async def test_a_draining_replica_hands_the_next_queued_turn_to_another() -> Non
     try:
         a, b = cluster.replica(), cluster.replica()
         first = await cluster.start(a, "s1", "One?")
-        two = await _enqueue(b, "Two?")
-        _answer(cluster, two.message_id, "Answer two.")
+        two = await cluster.enqueue(b, "s1", "Two?")
+        cluster.answer(two.message_id, "Answer two.")
         a.draining = True
-        _answer(cluster, first.message_id, "Answer one.")
+        cluster.answer(first.message_id, "Answer one.")
         assert await cluster.ended(first) == "done"
         await a.clean_ups_done()
         supervision = cluster.stores.supervision
@@ -251,13 +225,15 @@ async def test_an_idle_queue_is_started_by_whoever_looks_and_by_one_replica_only
     status read starts the queued turn; two at once start it once."""
     gone, a, b = cluster.replica(), cluster.replica(), cluster.replica()
     first = await cluster.start(gone, "s1", "One?")
-    _answer(cluster, first.message_id, "Answer one.")
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
     await gone.shutdown()  # its background work (the kick) is over or cancelled
     # A queued message as a dead kicker leaves it: recorded, never started.
-    ticket = await a.queue._append(KEY, _request("Two?"))  # staged: as a kicker that died left it
+    ticket = await a.queue._append(
+        KEY, enqueued("s1", "Two?")
+    )  # staged: as a kicker that died left it
     assert [w.message_id for w in waiting_in(await cluster.transcript("s1"))] == [ticket.message_id]
-    _answer(cluster, ticket.message_id, "Answer two.")
+    cluster.answer(ticket.message_id, "Answer two.")
     first_look, second_look = await asyncio.gather(
         a.status("t", "u", "s1"), b.status("t", "u", "s1")
     )
@@ -270,7 +246,7 @@ async def test_enqueue_needs_a_store_that_keeps_the_queue() -> None:
     cluster = ScriptedCluster(conversation=False)
     try:
         with pytest.raises(NotImplementedByStoreError):
-            await cluster.replica().queue.submit(_request("Hello?"))
+            await cluster.replica().queue.submit(enqueued("s1", "Hello?"))
     finally:
         await cluster.aclose()
 
@@ -286,7 +262,7 @@ async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(
     got, as it attaches the moment the row names the turn)."""
     a = cluster.replica()
     first = await cluster.start(a, "s1", "Rivers?")
-    ticket = await _enqueue(a, "Lakes?")
+    ticket = await cluster.enqueue(a, "s1", "Lakes?")
     assert cluster.stores.conversation is not None
     writing = hold(
         cluster.stores.conversation,
@@ -295,7 +271,7 @@ async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(
             m.message_id == f"{ticket.message_id}-user" for m in args[4]
         ),
     )
-    _answer(cluster, first.message_id, "To the sea.")
+    cluster.answer(first.message_id, "To the sea.")
     await writing.reached()  # claimed, its user message in flight
     row = await cluster.stores.supervision.read("t", "u", "s1")  # type: ignore[union-attr]
     assert row is not None and row.message_id == ticket.message_id
@@ -305,7 +281,7 @@ async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(
     writing.release()
     _, local = await attaching
     assert local, "read from the stores: the live buffer was not there yet"
-    _answer(cluster, ticket.message_id, "Still.")
+    cluster.answer(ticket.message_id, "Still.")
     await _ran(cluster, ticket.message_id)
 
 
@@ -325,17 +301,6 @@ def _watch_start_passed_on(replica: ChatHandler) -> asyncio.Event:
     return done
 
 
-def _dies_after_its_last_write(replica: ChatHandler) -> None:
-    """``replica`` starts nothing after its turns' last writes, as when it is
-    killed right after them."""
-
-    async def nothing(*args: object) -> None:
-        return None
-
-    replica.queue.start_passed_on = nothing  # type: ignore[method-assign,assignment]
-    replica.queue.kick = nothing  # type: ignore[method-assign,assignment]
-
-
 @pytest.mark.parametrize("found_by", ["takeover", "status"])
 async def test_a_queue_whose_replica_dies_right_after_a_turns_end_still_drains(
     cluster: ScriptedCluster, found_by: str
@@ -347,10 +312,10 @@ async def test_a_queue_whose_replica_dies_right_after_a_turns_end_still_drains(
     the queue waited for a client to look."""
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    _answer(cluster, two.message_id, "Answer two.")
-    _dies_after_its_last_write(a)
-    _answer(cluster, first.message_id, "Answer one.")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    cluster.answer(two.message_id, "Answer two.")
+    dies_after_its_last_write(a)
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
     assert cluster.stores.supervision is not None
     row = await cluster.stores.supervision.read("t", "u", "s1")
@@ -374,9 +339,9 @@ async def test_a_queued_turn_cancelled_once_handed_the_conversation_never_runs(
 ) -> None:
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    _dies_after_its_last_write(a)
-    _answer(cluster, first.message_id, "Answer one.")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    dies_after_its_last_write(a)
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
     await b.cancel("t", "u", "s1", two.message_id)
     assert await b.queue.kick(KEY) is None  # as the cancel's own kick finds it
@@ -394,16 +359,16 @@ async def test_a_queued_turn_cancelled_while_the_turn_before_hands_it_over_is_sk
     ends cancelled, and the one behind it starts."""
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    three = await _enqueue(b, "Three?")
-    _answer(cluster, three.message_id, "Answer three.")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(b, "s1", "Three?")
+    cluster.answer(three.message_id, "Answer three.")
     assert cluster.stores.supervision is not None
     handing = hold(
         cluster.stores.supervision,
         "compare_and_swap",
         when=lambda *args: args[4].message_id == two.message_id,
     )
-    _answer(cluster, first.message_id, "Answer one.")
+    cluster.answer(first.message_id, "Answer one.")
     await handing.reached()
     await b.cancel("t", "u", "s1", two.message_id)
     handing.release()
@@ -436,7 +401,7 @@ async def test_a_reader_elsewhere_hears_how_the_turn_ended_once_its_row_names_th
     assert a.flusher is not None
     await a.flusher.flush()  # "Half" is recorded: what a cancel or the reaper keeps
     if ending != "cancelled":
-        _answer(cluster, (await _enqueue(b, "Two?")).message_id, "Answer two.")
+        cluster.answer((await cluster.enqueue(b, "s1", "Two?")).message_id, "Answer two.")
     events, local = await b.attach("t", "u", "s1", turn.message_id, 0)
     assert not local
     first = await anext(events)
@@ -452,7 +417,7 @@ async def test_a_reader_elsewhere_hears_how_the_turn_ended_once_its_row_names_th
         assert await cluster.ended(turn) == "errored"
     elif ending == "cancelled":
         interrupting = await cluster.start(b, "s1", "Other?", strategy="interrupt")
-        _answer(cluster, interrupting.message_id, "Answer other.")
+        cluster.answer(interrupting.message_id, "Answer other.")
     else:
         await a.shutdown()
         cluster.kill_by_silence()
@@ -492,8 +457,8 @@ async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_repli
     over the running turn, whose answer was then lost."""
     a, b = cluster.replica(), cluster.replica()
     first = await cluster.start(a, "s1", "One?")
-    two = await _enqueue(b, "Two?")
-    three = await _enqueue(b, "Three?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(b, "s1", "Three?")
     assert cluster.stores.supervision is not None and first.lease is not None
     hand_off_epoch = first.lease.epoch + 1
     claiming = hold(
@@ -502,7 +467,7 @@ async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_repli
         when=lambda *args: args[4].message_id == two.message_id and args[3] == hand_off_epoch,
     )
     passed_on = _watch_start_passed_on(a)
-    _answer(cluster, first.message_id, "Answer one.")
+    cluster.answer(first.message_id, "Answer one.")
     assert await cluster.ended(first) == "done"
     await claiming.reached()  # a's claim of "Two?", in flight
     assert await b.takeovers.scan() == 1
@@ -514,8 +479,8 @@ async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_repli
     row = await cluster.stores.supervision.read("t", "u", "s1")
     assert row is not None and row.message_id == two.message_id
     assert row.status is ChatStreamStatus.RUNNING and not b.reads_dead(row)
-    _answer(cluster, two.message_id, "Answer two.")
-    _answer(cluster, three.message_id, "Answer three.")
+    cluster.answer(two.message_id, "Answer two.")
+    cluster.answer(three.message_id, "Answer three.")
     assert await _ran(cluster, two.message_id) is b.local_turn(two.message_id)
     await _ran(cluster, three.message_id)
     assert _shape(await cluster.transcript("s1")) == [

@@ -286,7 +286,7 @@ test('stop: the stopping page hears its own stop as an abort, on its own replica
     const chat = newChat({ id, requester, onFinish: (event) => finished.push(event) });
     const sending = chat.sendMessage({ text: PROMPT });
     await until('the answer to start', () => text(answer(chat)).length > 200);
-    const stopped = await api(`/ai-sdk/chat/${id}/stop`, requester, { method: 'POST' });
+    const stopped = await api(`/ai-sdk/chat/${id}/stop`, requester, STOP);
     assert.equal(stopped.status, 204);
     await chat.stop();
     await sending;

@@ -38,6 +38,7 @@ from tether.domain.chat_stream_supervision_store import PresenceLock
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
 from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.queue import Ticket
 from tether.handlers.turn import Turn
 from tether.runtime.presence import ReplicaPresence
 from tether.runtime.turn_stores import TurnStores
@@ -303,6 +304,20 @@ class ScriptedCluster:
         )
         return await replica.start_turn(request, resume_message_id=resume)
 
+    async def enqueue(self, replica: ChatHandler, session: str, text: str) -> Ticket:
+        """Send ``text`` to ``session`` with ``multitask_strategy="enqueue"``
+        through ``replica``; the conversation is busy, so the turn waits."""
+        queued = await replica.queue.submit(enqueued(session, text))
+        assert isinstance(queued, Ticket), "the conversation was busy: the turn should wait"
+        return queued
+
+    def answer(self, message_id: str, text: str, producer: int = 0) -> None:
+        """What turn ``message_id``'s agent (its ``producer``-th) will say when
+        it runs (given ahead)."""
+        script = self.scripts.of(message_id, producer)
+        script.say(text)
+        script.finish()
+
     def kill_by_silence(self) -> None:
         """Every producer reads dead: its heartbeat is older than the threshold."""
         self.clock.advance(self.settings.dead_after + 1)
@@ -322,3 +337,27 @@ class ScriptedCluster:
     async def aclose(self) -> None:
         for replica in self.replicas:
             await replica.shutdown()
+
+
+def dies_after_its_last_write(replica: ChatHandler) -> None:
+    """``replica`` starts nothing after its turns' last writes, as when it is
+    killed right after them."""
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    replica.queue.start_passed_on = nothing  # type: ignore[method-assign,assignment]
+    replica.queue.kick = nothing  # type: ignore[method-assign,assignment]
+
+
+def enqueued(session: str, text: str) -> ChatRequest:
+    """A stateful request of ``session`` with ``multitask_strategy="enqueue"``."""
+    return ChatRequest(
+        tenant="t",
+        request_headers=RequestHeaders(requester_uuid="u"),
+        agent_identifier=AGENT,
+        conversation=[question(text)],
+        stateful=True,
+        session_id=session,
+        multitask_strategy="enqueue",
+    )

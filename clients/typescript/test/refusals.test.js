@@ -49,7 +49,7 @@ describe("refusals", { skip: NEEDS_REPLICAS }, () => {
 
     const invalid = await thrown(() => client.startTurn({ agent: "", content: "hi" }));
     assert.ok(invalid instanceof UnprocessableEntityError);
-    assert.equal(invalid.code, "VALIDATION_ERROR");
+    assert.equal(invalid.code, "INVALID_REQUEST");
     assert.match(invalid.message, /agent_identifier/);
 
     const huge = await thrown(() =>

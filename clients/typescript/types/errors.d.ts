@@ -95,7 +95,7 @@ export class GoneError extends TetherHttpError {
 /** 413 `BODY_TOO_LARGE`. */
 export class PayloadTooLargeError extends TetherHttpError {
 }
-/** 422 (`VALIDATION_ERROR`): the body or a parameter is invalid; `message` names the fields. */
+/** 422 (`INVALID_REQUEST`; `VALIDATION_ERROR` from FastAPI's own shape): the body or a parameter is invalid; `message` names the field. */
 export class UnprocessableEntityError extends TetherHttpError {
 }
 /** 500: the server failed (`INTERNAL`, `STORE_ERROR`); its log has the rest. */

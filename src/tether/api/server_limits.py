@@ -38,10 +38,13 @@ class HeadTimeoutH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer: asyncio.TimerHandle | None = None
+        self._lingering: asyncio.TimerHandle | None = None
         super().connection_made(transport)
         self._settle_head_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:
+            return  # refused already: what the client still sends is dropped
         super().data_received(data)
         self._settle_head_timer()
 
@@ -51,6 +54,8 @@ class HeadTimeoutH11Protocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        if self._lingering is not None:
+            self._lingering.cancel()
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
@@ -75,7 +80,16 @@ class HeadTimeoutH11Protocol(H11Protocol):
             h11.EndOfMessage(),
         ):
             self.transport.write(self.conn.send(event) or b"")
-        self.transport.close()
+        # A lingering close: closing now, with the client's unread head in
+        # the socket, makes the kernel answer with a reset that can destroy
+        # our answer before the client reads it. End our side, drop what
+        # still arrives, and close once the client does (or soon after).
+        self._cancel_head_timer()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._lingering = asyncio.get_running_loop().call_later(
+            _LINGER_SECONDS, self.transport.close
+        )
 
     def _waiting_for_head(self) -> bool:
         return self.conn.their_state is h11.IDLE and not self.transport.is_closing()
@@ -106,6 +120,10 @@ class HeadTimeoutH11Protocol(H11Protocol):
                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
             )
         self.transport.close()
+
+
+_LINGER_SECONDS = 2.0
+"""How long a refused connection drains the rest of what its client sends."""
 
 
 def uvicorn_options(settings: TetherSettings) -> dict[str, Any]:
