@@ -79,6 +79,7 @@ FOUND_SINCE = {
     1929247444: "an erase judged a turn live, then took its row as dead, and died",
     359838041: "a dead turn lost its verdict to an erase that stopped half way",
     749231069: "a queue waited forever behind a dead erase's tombstone",
+    1645306185: "a refused resume ended its own turn, resumed elsewhere, then ran as new",
 }
 
 

@@ -226,7 +226,7 @@ class ChatHandler:
         else:
             # The seed's strategy may take a conversation whose turn died (ended
             # first); a queued turn's start and ``enqueue`` wait for it instead.
-            ends_dead = request.multitask_strategy == "reject" and dequeue is None
+            ends_dead = not resuming and request.multitask_strategy == "reject" and dequeue is None
             # A queued turn checks that it still waits once the transcript is
             # fenced at its epoch and before it takes the row: a cancel that
             # took it out of the queue first leaves the row untouched.
@@ -471,7 +471,10 @@ class ChatHandler:
                 before_grant=before_grant,
             )
         except ClaimRefusedError as refused:
-            if not (end_dead and await self._end_displaced(key, refused.occupant)):
+            # Never for a resume: the occupant may be its own turn, resumed
+            # elsewhere a moment ago.
+            ending = end_dead and takeover is None
+            if not (ending and await self._end_displaced(key, refused.occupant)):
                 raise _refusal(key, refused) from refused
         try:
             return await self._grant(
