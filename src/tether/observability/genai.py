@@ -56,7 +56,11 @@ def model_call(model: str | None, provider: str | None = None) -> Iterator[None]
     """One model call (a ``chat`` span) of the current turn."""
     turn = current_turn()
     call = ModelCall()
-    token = _call.set(call)
+    # Restored by value, not by token: this runs inside the model loop's
+    # async generator, which may be finalized in another context (a closed
+    # stream), where resetting a token raises.
+    previous = _call.get()
+    _call.set(call)
     span: Span | None = None
     if turn is not None:
         attributes: dict[str, str] = {"gen_ai.operation.name": "chat"}
@@ -72,7 +76,7 @@ def model_call(model: str | None, provider: str | None = None) -> Iterator[None]
             span.fail(type(error).__qualname__)
         raise
     finally:
-        _call.reset(token)
+        _call.set(previous)
         if turn is not None:
             turn.tokens_used(call.input_tokens, call.output_tokens)
         if span is not None:
