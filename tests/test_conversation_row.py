@@ -20,6 +20,7 @@ from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.erase import erase_conversation
+from tether.handlers.errors import TurnEndedError
 from tether.handlers.queue import queued_id, waiting_in
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
@@ -278,3 +279,109 @@ async def test_a_queued_turn_cancelled_during_the_hand_off_ends_cancelled(
     assert row.status is ChatStreamStatus.CANCELLED
     summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
     assert summary is not None and summary.last_turn_status == "complete"
+
+
+# Found by the simulator after the row had one owner ----------------------
+
+
+async def test_a_cancel_that_died_half_way_ends_cancelled_under_a_new_message(
+    cluster: ScriptedCluster,
+) -> None:
+    """A cancel took the row (``ENDING``) and its replica died before it wrote
+    the verdict. Before, the next message ended the turn as a dead producer's
+    (``errored``), and the cancel's own retry, finding the row taken again,
+    then wrote ``cancelled`` into the row over the errored answer: the row
+    and the transcript told two endings (``tether simulate`` seed
+    1005424036). Now whoever finishes a cancel that died half way finishes
+    it as a cancel."""
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    await _half_said(cluster, a, first)
+    assert cluster.stores.conversation is not None
+    keeping = hold(
+        cluster.stores.conversation,
+        "append_fenced",
+        when=lambda *args, **kwargs: any(m.message_id == first.message_id for m in args[4]),
+    )
+    cancel = asyncio.create_task(b.cancel("t", "u", "s1", first.message_id))
+    await keeping.reached()
+    cancel.cancel()  # the cancel's replica dies holding the row
+    with pytest.raises(asyncio.CancelledError):
+        await cancel
+    keeping.release()
+    cluster.kill_by_silence()
+
+    second = await cluster.start(c, "s1", "Two?")
+    cluster.answer(second.message_id, "Answer two.")
+    assert await cluster.ended(second) == "done"
+    transcript = await cluster.transcript("s1")
+    assert _shape(transcript) == [
+        ("user", "One?"),
+        ("bot", "Half"),
+        ("user", "Two?"),
+        ("bot", "Answer two."),
+    ]
+    assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
+
+
+async def test_a_verdict_written_before_its_writer_died_is_the_one_the_row_keeps(
+    cluster: ScriptedCluster,
+) -> None:
+    """The producer sealed its whole answer in the transcript and died before
+    its row said ``done``. Before, a cancel then took the row, kept the
+    sealed answer (the append is idempotent) and wrote ``cancelled`` into the
+    row, answering OK for a turn the transcript says was done. Now the taker
+    finishes the row with the verdict already written, and the cancel says
+    the turn had ended."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    assert cluster.stores.supervision is not None
+    finishing = hold(
+        cluster.stores.supervision,
+        "compare_and_swap",
+        when=lambda *args: args[4].status is ChatStreamStatus.DONE,
+    )
+    cluster.answer(first.message_id, "Answer one.")
+    await finishing.reached()
+    assert first.task is not None
+    first.task.cancel()  # the producer dies between its seal and its row
+    async with asyncio.timeout(10):
+        await asyncio.wait([first.task])
+    finishing.release()
+    cluster.kill_by_silence()
+
+    with pytest.raises(TurnEndedError):
+        await b.cancel("t", "u", "s1", first.message_id)
+    row = await cluster.stores.supervision.read("t", "u", "s1")
+    assert row is not None and row.status is ChatStreamStatus.DONE
+    transcript = await cluster.transcript("s1")
+    assert _shape(transcript) == [("user", "One?"), ("bot", "Answer one.")]
+    assert ending_of(_bot(transcript, first.message_id)).reason == "done"
+
+
+async def test_a_turn_cancelled_before_its_agent_starts_never_starts_it() -> None:
+    """The turn was claimed and marked; before its agent ran, a cancel on
+    another replica took the row and answered OK (no push channel: the
+    producer hears of it only at a fenced write). Before, the agent started
+    all the same and made its model call (``tether simulate`` seed
+    661026026). Now a turn renews its lease, fenced, after reading its input
+    and right before its agent starts: a cancel that came first stops it."""
+    cluster = ScriptedCluster(push=False)
+    try:
+        a, b = cluster.replica(), cluster.replica()
+        creating = hold(a.registries, "create_agent")
+        first = await cluster.start(a, "s1", "One?")
+        await creating.reached()
+        await b.cancel("t", "u", "s1", first.message_id)  # answered OK
+        cluster.answer(first.message_id, "Answer one.")
+        creating.release()
+        assert first.task is not None
+        async with asyncio.timeout(10):
+            await asyncio.wait([first.task])
+
+        assert not cluster.scripts.of(first.message_id).started.is_set()
+        transcript = await cluster.transcript("s1")
+        assert _shape(transcript) == [("user", "One?"), ("bot", "")]
+        assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
+    finally:
+        await cluster.aclose()

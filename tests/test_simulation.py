@@ -80,6 +80,8 @@ FOUND_SINCE = {
     359838041: "a dead turn lost its verdict to an erase that stopped half way",
     749231069: "a queue waited forever behind a dead erase's tombstone",
     1645306185: "a refused resume ended its own turn, resumed elsewhere, then ran as new",
+    1005424036: "a cancel that died half way was ended errored, then cancelled again",
+    661026026: "a turn cancelled between its mark and its agent's start started it",
 }
 
 

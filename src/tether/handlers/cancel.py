@@ -144,11 +144,19 @@ async def _cancel_running(
         # queued copy goes too, or a later kick would start it again.
         if not await handler.queue.remove(key, message_id, lease.epoch):
             return False
-    if not await handler.keep_partial_answer(key, message_id, lease.epoch):
-        return False
+    # A hand before ours (the producer's seal, the reaper, another cancel)
+    # may have written the verdict and died before the row said it: that
+    # verdict stands, and the row is finished with it.
+    verdict = await handler.written_verdict(key, message_id)
+    if verdict is None:
+        if not await handler.keep_partial_answer(key, message_id, lease.epoch):
+            return False
+        verdict = ChatStreamStatus.CANCELLED
     try:
-        await lease.finish(ChatStreamStatus.CANCELLED)
+        await lease.finish(verdict)
     except FencedError:
         return False
     handler.forget_later(key, message_id, lease.row_epoch)
+    if verdict is not ChatStreamStatus.CANCELLED:
+        raise TurnEndedError(f"turn {message_id} already ended ({verdict.value})")
     return True

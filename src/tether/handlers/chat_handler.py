@@ -486,14 +486,15 @@ class ChatHandler:
     async def _end_displaced(
         self, key: ConversationKey, occupant: ChatStreamSupervision | None
     ) -> bool:
-        """End the dead turn a new message is about to displace, so its answer
-        and verdict stay in the transcript; whether the claim may be tried
-        again. Not a queued turn the row was passed on to: it runs first."""
+        """End the dead turn a new message is about to displace (or one whose
+        cancel or reaping died half way), so its answer and verdict stay in
+        the transcript; whether the claim may be tried again. Not a queued
+        turn the row was passed on to: it runs first."""
         if occupant is None:
             return False
-        if rows.state_of(occupant, self.clock(), self.dead_after, self.presence.gone) is not (
-            RowState.DEAD
-        ):
+        state = rows.state_of(occupant, self.clock(), self.dead_after, self.presence.gone)
+        stuck = state is RowState.ENDING and rows.is_stuck(occupant, self.clock(), self.dead_after)
+        if not (state is RowState.DEAD or stuck):
             return False
         if await self.queue.is_waiting(key, occupant.message_id):
             return False
@@ -905,19 +906,33 @@ class ChatHandler:
         except ClaimRefusedError:
             return False
         asked = await self.asked(key, message_id)
-        status = ChatStreamStatus.ERRORED if asked else ChatStreamStatus.CANCELLED
-        if asked:
+        written = await self.written_verdict(key, message_id)
+        if written is not None:
+            # An ender before us (a cancel, the reaper, the producer's own
+            # seal) wrote the verdict and died before the row said it: the
+            # row now says the same, so every reader hears one ending.
+            status, reaped = written, False
+        elif rows.is_cancelling(row):
+            # A cancel that died half way: its intent stands, and it is the
+            # verdict the cancel's own retry would write.
+            status, reaped = ChatStreamStatus.CANCELLED, False
+            if not await self.keep_partial_answer(key, message_id, lease.epoch):
+                return False  # a newer epoch took the conversation meanwhile
+        elif asked:
+            status, reaped = ChatStreamStatus.ERRORED, True
             logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
             kept = await self.keep_partial_answer(
                 key, message_id, lease.epoch, status="errored", error=(code, reason)
             )
             if not kept:
                 return False  # a newer epoch took the conversation meanwhile
+        else:
+            status, reaped = ChatStreamStatus.CANCELLED, False
         try:
             await lease.finish(status)
         except FencedError:
             return False
-        if asked:
+        if reaped:
             self.metrics.turns_reaped.labels(code).inc()
         self.forget_later(key, message_id, lease.row_epoch)
         self._in_background(self.queue.kick(key))
@@ -941,6 +956,22 @@ class ChatHandler:
             return True
         transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
         return any(m.message_id == f"{message_id}-user" for m in transcript)
+
+    async def written_verdict(
+        self, key: ConversationKey, message_id: str
+    ) -> ChatStreamStatus | None:
+        """The verdict already in the transcript for turn ``message_id`` (its
+        answer, marked with how it ended: ``turn_ends``), or None. Read by a
+        hand that has just taken the row of a turn whose ending stopped half
+        way: the row then says what the transcript says."""
+        store = self.stores.conversation
+        if store is None:
+            return None
+        transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
+        for message in reversed(transcript):
+            if message.message_id == message_id and message.sender is ChatMessageSender.BOT:
+                return ChatStreamStatus(ending_of(message).reason)
+        return None
 
     async def keep_partial_answer(
         self,

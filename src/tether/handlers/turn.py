@@ -368,6 +368,11 @@ class Turn:
         conversation = self._input
         if self.context.stateful:
             conversation = await self._restore()
+        if self.lease is not None:
+            # The start's commit point: a fenced renewal after the last read
+            # of the input, so a cancel (or any taker) whose row write came
+            # first stops the turn before its agent makes a model call.
+            await self.lease.renew()
         if self.lifecycle.state is TurnState.CLAIMED:
             self.lifecycle.move(TurnState.RUNNING)
         workers = self._start_workers()
