@@ -20,7 +20,7 @@ from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.erase import erase_conversation
-from tether.handlers.errors import TurnEndedError
+from tether.handlers.errors import TurnEndedError, TurnNotFoundError
 from tether.handlers.queue import queued_id, waiting_in
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
@@ -385,3 +385,28 @@ async def test_a_turn_cancelled_before_its_agent_starts_never_starts_it() -> Non
         assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
     finally:
         await cluster.aclose()
+
+
+# Found by the crash test's erase rounds -------------------------------------
+
+
+async def test_an_erased_conversation_is_not_told_of_from_a_replicas_memory(
+    cluster: ScriptedCluster,
+) -> None:
+    """The turn ended on replica a, then its conversation was erased. Before,
+    a's memory of the turn (kept for late readers) still answered the status
+    (``done``) and streamed the whole erased answer to an attach. Now a
+    finished turn is served from memory only while its row names it."""
+    a = cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    cluster.answer(first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    assert a.local_turn(first.message_id) is not None  # still remembered
+
+    assert await erase_conversation(
+        cluster.stores, "t", "u", "s1", clock=a.clock, dead_after=a.dead_after
+    )
+    with pytest.raises(TurnNotFoundError):
+        await a.status("t", "u", "s1")
+    with pytest.raises(TurnEndedError):
+        await a.attach("t", "u", "s1", first.message_id, 0)

@@ -259,6 +259,24 @@ def test_with_no_client_recovering_every_turn_still_ends_as_the_crash_free_run(
 
 
 @pytest.mark.processes
+def test_an_erase_while_a_killed_turn_is_taken_over_leaves_nothing(
+    fast_project: Path, tmp_path: Path
+) -> None:
+    """Erase rounds: the producer is SIGKILLed and its conversations erased
+    through the survivor while the survivor takes their turns over; after
+    each erase returned, no replica serves anything of them (transcript,
+    status, the turn's stream) and the stores hold nothing, then and after
+    the takeover window."""
+    report = _crash_test(
+        fast_project, tmp_path / "report.json",
+        "--fault", "erase", "--rounds", "2", "--conversations", "2", "--seed", "6",
+    )  # fmt: skip
+    for entry in report["results"]:
+        assert entry["fault"] == "erase"
+        assert entry["final_status"] == "erased"
+
+
+@pytest.mark.processes
 def test_a_cancel_as_the_answer_ends_leaves_one_consistent_verdict(
     fast_project: Path, tmp_path: Path
 ) -> None:
@@ -970,7 +988,8 @@ def test_tool_rounds_kill_inside_a_call_of_a_policy_the_agent_has() -> None:
     # mixed draws tool rounds only where the project has the tool agent.
     assert FaultKind.TOOL in {draw_kind(rng, FaultChoice.MIXED) for _ in range(300)}
     drawn = {draw_kind(rng, FaultChoice.MIXED, tool_rounds=False) for _ in range(300)}
-    assert drawn == set(FaultKind) - {FaultKind.TOOL}
+    # The conversation rounds are asked for by name, never drawn for mixed.
+    assert drawn == set(FaultKind) - {FaultKind.TOOL, FaultKind.QUEUE, FaultKind.ERASE}
 
 
 def test_the_report_counts_the_tool_calls() -> None:

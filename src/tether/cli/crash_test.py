@@ -90,8 +90,11 @@ def crash_test_command(
             "(drain it, then the replica that resumed its turns), cancel-at-end (cancel "
             "from another replica as the answers end), tool (SIGKILL in the middle of a "
             "tool call of the --tool-agent's turns: a write, on_unknown=fail, or a read, "
-            "retry; checks that a write never ran twice), or mixed (all of them; tool "
-            "where the project has the --tool-agent)."
+            "retry; checks that a write never ran twice), queue (a second message with a "
+            "drawn multitask strategy while the producer is killed; the conversation "
+            "checked as a whole), erase (erase while the survivors take a killed "
+            "producer's turns over; nothing may be left), or mixed (every single-turn "
+            "fault; tool where the project has the --tool-agent)."
         ),
     ] = FaultChoice.MIXED,
     pause_in: Annotated[

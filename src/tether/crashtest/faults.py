@@ -48,6 +48,18 @@ class FaultKind(StrEnum):
     CANCEL_AT_END = "cancel-at-end"
     TOOL = "tool"
     """SIGKILL inside a tool call of the tool agent's turns."""
+    QUEUE = "queue"
+    """A second message with a multitask strategy while the producer dies
+    (``conversation_rounds``)."""
+    ERASE = "erase"
+    """An erase while the survivors take a killed producer's turns over
+    (``conversation_rounds``)."""
+
+    @property
+    def conversational(self) -> bool:
+        """A round of a conversation of several moves, checked as a whole
+        (``conversation_rounds``), not of one turn against its crash-free run."""
+        return self in (FaultKind.QUEUE, FaultKind.ERASE)
 
     @property
     def fences(self) -> bool:
@@ -67,6 +79,8 @@ class FaultChoice(StrEnum):
     ROLLING_DEPLOY = "rolling-deploy"
     CANCEL_AT_END = "cancel-at-end"
     TOOL = "tool"
+    QUEUE = "queue"
+    ERASE = "erase"
     MIXED = "mixed"
 
 
@@ -143,11 +157,19 @@ _HOLDS = ("fail", "fail", "retry")
 
 
 def draw_kind(rng: random.Random, choice: FaultChoice, *, tool_rounds: bool = True) -> FaultKind:
-    """The kind of one round: ``choice``, or one drawn from every kind for
-    ``mixed`` (``tool`` only with ``tool_rounds``: the project has the tool agent)."""
+    """The kind of one round: ``choice``, or one drawn from every single-turn
+    kind for ``mixed`` (``tool`` only with ``tool_rounds``: the project has the
+    tool agent). The conversation rounds (``queue``, ``erase``) are asked for
+    by name: a mixed run's seeds keep drawing what they drew before."""
     if choice is not FaultChoice.MIXED:
         return FaultKind(choice)
-    return rng.choice([kind for kind in FaultKind if tool_rounds or kind is not FaultKind.TOOL])
+    return rng.choice(
+        [
+            kind
+            for kind in FaultKind
+            if (tool_rounds or kind is not FaultKind.TOOL) and not kind.conversational
+        ]
+    )
 
 
 def plan_fault(
@@ -243,6 +265,8 @@ SIGNALS = {
     FaultKind.STOP: signal.SIGSTOP,
     FaultKind.ROLLING_DEPLOY: signal.SIGTERM,
     FaultKind.TOOL: signal.SIGKILL,
+    FaultKind.QUEUE: signal.SIGKILL,
+    FaultKind.ERASE: signal.SIGKILL,
 }
 
 

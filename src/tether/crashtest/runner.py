@@ -23,6 +23,10 @@ from typing import Any
 from tether.cli.load_chat_agent_factory import project_paths
 from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, ClusterError
+from tether.crashtest.conversation_rounds import (
+    draw_conversation_fault,
+    play_conversation_round,
+)
 from tether.crashtest.faults import FaultChoice, FaultKind, draw_kind, plan_fault
 from tether.crashtest.fence import StoreReader
 from tether.crashtest.reference import PROMPTS, Reference, conversation_prompt, crash_free_runs
@@ -235,7 +239,12 @@ async def run_crash_test(
             )
             view.round_started(plan)
             round_context = tool_context if kind is FaultKind.TOOL else context
-            results = await play_round(round_context, plan, round_references)
+            if kind.conversational:
+                shape = round_references[round_prompts[0]].shape
+                fault = draw_conversation_fault(rng, kind, shape.messages)
+                results = await play_conversation_round(context, plan, fault, round_references)
+            else:
+                results = await play_round(round_context, plan, round_references)
             report.results += results
             view.round_finished(results)
     return report

@@ -715,6 +715,19 @@ class ChatHandler:
             # This replica lost the turn (a takeover, a cancel, a drain): its buffer
             # is a stale copy. Follow the stores, where the current owner writes.
             local = None
+        if (
+            local is not None
+            and local.lease is not None
+            and local.buffer.end is not None
+            and self.stores.supervision is not None
+        ):
+            # A stateful turn over here: served from memory only while its row
+            # still names it. Once the row is gone (an erase, or the clean-up)
+            # or names the next turn, the transcript is the one answer there is.
+            k = local.key
+            row = await self.stores.supervision.read(k.tenant, k.requester_uuid, k.session_id)
+            if row is None or row.message_id != message_id:
+                local = None
         # The local buffer serves only the turn of the key the reader names: its
         # own turn (of the session given, if any), or below, a shared one's.
         if (
@@ -793,10 +806,13 @@ class ChatHandler:
                 if await self.queue.kick(key) is not None or row is None:
                     row = await store.read(key.tenant, key.requester_uuid, key.session_id)
                     waiting = await self.queue.waiting(key)
-            if row is not None:
-                return TurnStatus(
-                    row.message_id, self._verdict(row), row.epoch, row.heartbeat_at, waiting
-                )
+            if row is None:
+                # No turn, or an erased conversation: a turn this replica still
+                # remembers must not be told of after its row is gone.
+                raise TurnNotFoundError(f"no turn is known for conversation {session_id!r}")
+            return TurnStatus(
+                row.message_id, self._verdict(row), row.epoch, row.heartbeat_at, waiting
+            )
         # Without a supervision store only this replica's own turns can be known.
         for turn in reversed(list(self._turns.values())):
             ctx = turn.context
