@@ -193,18 +193,21 @@ async def test_a_full_queue_loses_announcements_without_blocking_the_sender(
 
 
 async def test_a_replica_that_cannot_listen_polls(tmp_path: Path) -> None:
-    """The directory cannot be made (a file is in its way): subscriptions poll,
-    each wait answering every kind of change after the poll interval, and
-    announcing there does nothing."""
+    """The directory cannot be made (a file is in its way): a follower's
+    subscription (it wants deltas) polls, each wait answering both kinds of
+    write after the poll interval; any other holder's hears nothing, as
+    without a channel; and announcing there does nothing."""
     blocked = tmp_path / "wake"
     blocked.write_text("not a directory")
     channel = UnixDatagramChannel(blocked, poll_interval=0.01)
     try:
-        async with channel.subscribe(KEY) as changes:
+        async with channel.subscribe(KEY) as follower, channel.subscribe(KEY) as producer:
             assert not channel.listening
+            follower.want_deltas()
             async with asyncio.timeout(_PROMPTLY):
-                assert await changes.wait(_LONG) == EVERYTHING
-            assert await changes.wait(0) == frozenset()
+                assert await follower.wait(_LONG) == EVERYTHING
+            assert await follower.wait(0) == frozenset()
+            assert await producer.wait(0.02) == frozenset()
         channel.announce([(KEY, StreamChange.RECORDING)])
     finally:
         await channel.aclose()

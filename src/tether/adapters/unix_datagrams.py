@@ -15,11 +15,12 @@ connection is lost: a datagram lost (a full queue, a crash between a commit
 and its announcement) is a change its follower reads at its next fallback
 poll, and a replica that cannot listen (the directory is not writable, the
 socket path is out of reach, another event loop holds the socket) gets
-subscriptions that poll: each ``wait`` returns every kind of change after
-``poll_interval`` seconds, a spurious wake-up the holder re-reads after, as
-it would have polled. A replica on another host (a directory on a network
-file system) never sees these sockets' datagrams; the sockets are named after
-their host, so it neither sends to nor removes another host's sockets.
+subscriptions that poll: a follower's ``wait`` returns both kinds of write
+after ``poll_interval`` seconds, a spurious wake-up it re-reads after, as it
+would have polled; a producer hears of a cancel at its next fenced write. A
+replica on another host (a directory on a network file system) never sees
+these sockets' datagrams; the sockets are named after their host, so it
+neither sends to nor removes another host's sockets.
 
 Edges handled where they arise:
 
@@ -139,14 +140,18 @@ def _close(receiver: socket.socket, path: Path) -> None:
 
 
 class _Polling(ChangeSubscription):
-    """A subscription without a socket to hear on: every ``wait`` announces
-    everything after ``interval`` seconds (or its ``max_wait``, if shorter)."""
+    """A subscription without a socket to hear on. A follower's (it wants
+    deltas) announces both kinds of write every ``interval`` seconds, so it
+    polls at that pace although its store has a channel; any other holder (a
+    producer listening for a cancel, a takeover loop) hears nothing, as from a
+    store without a channel, rather than re-read its row ten times a second
+    for every turn."""
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
 
     async def wait(self, max_wait: float) -> frozenset[StreamChange]:
-        if max_wait < self._interval:
+        if not self.wants_deltas or max_wait < self._interval:
             await asyncio.sleep(max(max_wait, 0))
             return frozenset()
         await asyncio.sleep(self._interval)
