@@ -1,14 +1,15 @@
 """Push between the processes of one host: datagrams on Unix sockets in a shared directory.
 
 SQLite and the file store have no server to carry announcements, but the
-replicas sharing them share a host. So each replica that listens binds one
-datagram socket in a directory beside the data (``{db}.wake``, or ``.tether-wake``
-beside the file store's folders), and an announcement is a datagram sent to
-every socket found there: a recording write, a supervision write that changed
-the epoch, a follower's watch, or a producer's delta, which travels in the
-datagram itself (the change kinds of ``StreamChange``). Sending never waits:
-the sockets are non-blocking, and a peer whose queue is full loses that
-datagram.
+replicas sharing them share a host. So each store of a replica that listens
+(its recording store, for followers and producers; its supervision store, for
+the takeover loop) binds one datagram socket in a directory beside the data
+(``{db}.wake``, or ``.tether-wake`` beside the file store's folders), and an
+announcement is a datagram sent to every socket found there: a recording
+write, a supervision write that changed the epoch, a follower's watch, or a
+producer's delta, which travels in the datagram itself (the change kinds of
+``StreamChange``). Sending never waits: the sockets are non-blocking, and a
+peer whose queue is full loses that datagram.
 
 Polling is the fallback, as it is for PostgreSQL and Redis when their
 connection is lost: a datagram lost (a full queue, a crash between a commit
@@ -19,8 +20,9 @@ subscriptions that poll: a follower's ``wait`` returns both kinds of write
 after ``poll_interval`` seconds, a spurious wake-up it re-reads after, as it
 would have polled; a producer hears of a cancel at its next fenced write. A
 replica on another host (a directory on a network file system) never sees
-these sockets' datagrams; the sockets are named after their host, so it
-neither sends to nor removes another host's sockets.
+these sockets' datagrams (its followers re-read at the push fallback
+interval, 1 s; both stores are for one host); the sockets are named after
+their host, so it neither sends to nor removes another host's sockets.
 
 Edges handled where they arise:
 
