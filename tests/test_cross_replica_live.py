@@ -1,7 +1,9 @@
 """Live across replicas by push: a follower sees every index, a cancel stops the producer.
 
 Two real ``tether serve`` processes (the crash test's launcher) share one store
-set on PostgreSQL or on Redis, the backends with a push channel. A turn streams
+set on PostgreSQL, on Redis, or on one host's SQLite file or file store (pushed
+by Unix datagrams between the two processes): every shipped backend that
+other processes share has a push channel. A turn streams
 on replica A. Every fallback through which the other replica could learn of it,
 or A of a cancel, is pushed out of reach: the heartbeat and the recording flush
 come every 5 s (the dead threshold raised to match) and checkpoints every 30 s.
@@ -103,13 +105,20 @@ def _start(http: httpx2.AsyncClient, producer: Replica, session: str) -> _Reader
 
 @pytest.fixture(
     params=[
+        "sqlite",
+        "file",
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("redis", marks=pytest.mark.redis),
     ]
 )
-def shared_store(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The one store URL both replicas use: a fresh database, or a key prefix."""
-    if request.param == "postgres":
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The one store URL both replicas use: a fresh database, a key prefix, or
+    a file or directory of the test's own."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}"
+    elif request.param == "file":
+        yield f"file://{tmp_path / 'shared-stores'}"
+    elif request.param == "postgres":
         with postgres_database() as url:
             yield url
     else:

@@ -1,4 +1,5 @@
-"""Push over PostgreSQL LISTEN/NOTIFY and Redis pub/sub: ``subscribe`` on the recording store.
+"""Push over PostgreSQL LISTEN/NOTIFY, Redis pub/sub and (SQLite, the file store)
+Unix datagrams between the processes of one host: ``subscribe`` on the recording store.
 
 Every test runs two "replicas" (two bundles on one store URL): one writes, the
 other subscribes, so each announcement really travels through the server.
@@ -42,7 +43,9 @@ from tether.domain.chat_stream_supervision_store import (
 )
 from tether.runtime.follower import has_push
 
-PUSH_BACKENDS = [param for param in BACKENDS if param.values[0].name in ("postgres", "redis")]
+PUSH_BACKENDS = [
+    param for param in BACKENDS if param.values[0].name in ("file", "sqlite", "postgres", "redis")
+]
 """The backends with a push channel (their marks come along)."""
 
 RECORDING = frozenset({StreamChange.RECORDING})
@@ -118,7 +121,7 @@ async def _heard(changes: ChangeSubscription) -> frozenset[StreamChange]:
         return await changes.wait(_LONG)
 
 
-async def test_both_backends_announce_changes_themselves(
+async def test_every_shared_backend_announces_changes_itself(
     replicas: tuple[Replica, Replica],
 ) -> None:
     follower, _ = replicas

@@ -212,12 +212,14 @@ def bundle_of(backend: Backend, url: str, clock: Clock) -> StoreBundle:
 
 @contextlib.asynccontextmanager
 async def open_bundle(bundle: StoreBundle) -> AsyncIterator[StoreBundle]:
-    """``bundle``, its stores opened; closed on exit."""
+    """``bundle``, its stores opened; closed on exit (as ``setup_app`` does:
+    also a store that has nothing to open but something to close)."""
     opened: list[Any] = []
     try:
         for store in bundle.setup_kwargs().values():
             if store is not None and hasattr(store, "open"):
                 await store.open()
+            if store is not None and hasattr(store, "aclose"):
                 opened.append(store)
         yield bundle
     finally:

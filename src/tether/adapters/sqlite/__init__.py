@@ -19,8 +19,10 @@ and transcripts are fsynced when acknowledged, heartbeats and recordings are
 atomic but not fsynced. Corrupt rows raise ``StoreCorruptedError`` and are left
 as is. The file must be on a local disk: SQLite's locking (and WAL's shared
 memory) does not work over network file systems, so this backend is for one
-host; use PostgreSQL across hosts. There is no push channel, so followers in
-other processes poll (``follower_poll_interval``).
+host; use PostgreSQL across hosts. The processes sharing the file push changes
+and deltas to each other as Unix datagrams in ``{file}.wake``
+(``tether.adapters.unix_datagrams``); one that cannot listen there polls
+(``follower_poll_interval``).
 
 Stdlib ``sqlite3`` only, linked against SQLite 3.37 or newer (``STRICT`` tables).
 """

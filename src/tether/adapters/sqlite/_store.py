@@ -8,6 +8,7 @@ from typing import Any, Self
 
 from tether.adapters.sqlite._url import DEFAULT_BUSY_TIMEOUT
 from tether.adapters.sqlite.database import SQLiteDatabase
+from tether.adapters.unix_datagrams import UnixDatagramChannel
 
 
 class SQLiteStore:
@@ -73,3 +74,10 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._database.name!r})"
+
+
+def wake_channel(database: SQLiteDatabase) -> UnixDatagramChannel:
+    """The push channel of the replicas sharing ``database``: Unix datagram
+    sockets in ``{file}.wake`` beside it, as presence keeps ``{file}.presence``."""
+    path = database.path
+    return UnixDatagramChannel(path.with_name(f"{path.name}.wake"))

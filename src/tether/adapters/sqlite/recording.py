@@ -9,14 +9,18 @@ from pydantic import ValidationError
 
 from tether.adapters.sqlite import _codec, queries
 from tether.adapters.sqlite._codec import RowKey
-from tether.adapters.sqlite._store import SQLiteStore
-from tether.adapters.sqlite.database import Lane
+from tether.adapters.sqlite._store import SQLiteStore, wake_channel
+from tether.adapters.sqlite.database import Lane, SQLiteDatabase
+from tether.adapters.unix_datagrams import conversation_key
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     ChatStreamRecordingStore,
+    DeltaPublication,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
+    StreamChange,
 )
 from tether.domain.store_errors import StoreCorruptedError
 
@@ -37,9 +41,17 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
     fsynced (rewritten every half second). ``put_many`` makes a whole batch of
     puts in one such transaction, each still fenced on its own conversation.
 
-    No push channel: ``wait_for_change`` keeps the default, and followers on
-    other processes poll, which costs one indexed read per poll.
+    Push: every accepted put and every delete that removed a record is
+    announced, once committed, as a datagram to each replica sharing the
+    database (``tether.adapters.unix_datagrams``, sockets in ``{file}.wake``);
+    so are a follower's watch and a producer's deltas. ``subscribe`` and
+    ``wait_for_change`` hear them. A datagram lost is a change the follower
+    reads at its next fallback poll; a replica that cannot listen polls.
     """
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        super().__init__(database)
+        self._channel = wake_channel(database)
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
@@ -52,6 +64,9 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
             raise RecordingFencedError(
                 f"recording is fenced at epoch {fence}; a write at epoch {event.epoch} is refused"
             )
+        self._channel.announce(
+            [(conversation_key(tenant, requester_uuid, session_id), StreamChange.RECORDING)]
+        )
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
         """Every put in one transaction (one lock, one commit), in order, each
@@ -61,7 +76,16 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
             return []
         batch = list(puts)
         fences = await self._database.write(Lane.STREAM, lambda c: _put_all(c, batch))
-        return [fence is None for fence in fences]
+        written = [fence is None for fence in fences]
+        self._channel.announce(
+            (
+                conversation_key(put.tenant, put.requester_uuid, put.session_id),
+                StreamChange.RECORDING,
+            )
+            for put, wrote in zip(batch, written, strict=True)
+            if wrote
+        )
+        return written
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -79,9 +103,13 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
             **RowKey(tenant, requester_uuid, session_id).params(),
             "message_id": _codec.key(message_id),
         }
-        await self._database.write(
-            Lane.STREAM, lambda c: c.execute(queries.RECORDING_DELETE, values)
+        removed = await self._database.write(
+            Lane.STREAM, lambda c: c.execute(queries.RECORDING_DELETE, values).rowcount
         )
+        if removed:
+            self._channel.announce(
+                [(conversation_key(tenant, requester_uuid, session_id), StreamChange.RECORDING)]
+            )
 
     async def fence(
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
@@ -92,6 +120,44 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
         await self._database.write(
             Lane.STREAM, lambda c: c.execute(queries.RECORDING_RAISE_FENCE, values)
         )
+
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear the conversation's puts and deletes, and its supervision
+        store's changes of epoch, from any process on this host, from now on
+        (the socket is bound before this returns, so nothing is missed)."""
+        return self._channel.subscribe(conversation_key(tenant, requester_uuid, session_id))
+
+    async def listen(self) -> None:
+        """Bind this replica's socket now (the first ``subscribe`` does anyway)."""
+        self._channel.listen()
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Every delta in the datagrams of one send per replica; one too large
+        for a datagram goes as a recording change (its follower reads the snapshot)."""
+        self._channel.announce_deltas(
+            (conversation_key(d.tenant, d.requester_uuid, d.session_id), d.delta) for d in deltas
+        )
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """Tell the conversation's producer, in whichever process, that a follower watches."""
+        key = conversation_key(tenant, requester_uuid, session_id)
+        self._channel.announce([(key, StreamChange.WATCH)])
+
+    async def wait_for_change(
+        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
+    ) -> bool:
+        """True when the conversation is announced within ``max_wait`` seconds."""
+        key = conversation_key(tenant, requester_uuid, session_id)
+        return await self._channel.wait(key, max_wait)
+
+    async def aclose(self) -> None:
+        """Close this store's socket, and give back its hold on the database."""
+        await self._channel.aclose()
+        await super().aclose()
 
 
 _Put = tuple[dict[str, bytes], dict[str, object]]

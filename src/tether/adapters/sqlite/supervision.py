@@ -11,8 +11,10 @@ from pydantic import ValidationError
 from tether.adapters.flock_presence import FlockPresenceLock
 from tether.adapters.sqlite import _codec, queries
 from tether.adapters.sqlite._codec import RowKey
-from tether.adapters.sqlite._store import SQLiteStore
-from tether.adapters.sqlite.database import Lane
+from tether.adapters.sqlite._store import SQLiteStore, wake_channel
+from tether.adapters.sqlite.database import Lane, SQLiteDatabase
+from tether.adapters.unix_datagrams import DEAD_TURNS_KEY, conversation_key
+from tether.domain.chat_stream_recording_store import ChangeSubscription, StreamChange
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
@@ -46,7 +48,17 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
     (``heartbeat_us``, a generated column), which SQL orders by:
     ``list_stale_running`` is one range read of the ``(status, heartbeat_us)``
     index.
+
+    Push: every write that changes a row's epoch (a claim, a takeover, a
+    cancel, a verdict) and every delete is announced, once committed, to the
+    replicas sharing the database (``tether.adapters.unix_datagrams``), where
+    the recording store's ``subscribe`` hears it; heartbeats are not. So is
+    ``announce_dead_turns``.
     """
+
+    def __init__(self, database: SQLiteDatabase) -> None:
+        super().__init__(database)
+        self._channel = wake_channel(database)
 
     def presence_lock(self) -> PresenceLock:
         """An ``flock`` per replica beside the database file, which every
@@ -67,6 +79,7 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
         check; an accepted write raises ``last_epoch`` in the same transaction."""
         swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
         (wrote,) = await self._database.write(Lane.STREAM, lambda c: _swap_all(c, [swap]))
+        self._announce_swaps([swap], [wrote])
         return wrote
 
     async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
@@ -75,7 +88,9 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
         if not swaps:
             return []
         batch = list(swaps)
-        return await self._database.write(Lane.STREAM, lambda c: _swap_all(c, batch))
+        wrote = await self._database.write(Lane.STREAM, lambda c: _swap_all(c, batch))
+        self._announce_swaps(batch, wrote)
+        return wrote
 
     async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
         """The highest epoch ever written for the conversation, also after its row
@@ -147,8 +162,32 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
             "message_id": _codec.key(message_id),
             "epoch": epoch,
         }
-        await self._database.write(
-            Lane.STREAM, lambda c: c.execute(queries.SUPERVISION_DELETE, values)
+        removed = await self._database.write(
+            Lane.STREAM, lambda c: c.execute(queries.SUPERVISION_DELETE, values).rowcount
+        )
+        if removed:
+            key = conversation_key(tenant, requester_uuid, session_id)
+            self._channel.announce([(key, StreamChange.SUPERVISION)])
+
+    async def announce_dead_turns(self) -> None:
+        """Wake the takeover loop of every replica sharing the database."""
+        self._channel.announce([(DEAD_TURNS_KEY, StreamChange.SUPERVISION)])
+
+    def subscribe_dead_turns(self) -> ChangeSubscription:
+        """Hear ``announce_dead_turns`` of every replica sharing the database."""
+        return self._channel.subscribe(DEAD_TURNS_KEY)
+
+    async def aclose(self) -> None:
+        """Close this store's socket, and give back its hold on the database."""
+        await self._channel.aclose()
+        await super().aclose()
+
+    def _announce_swaps(self, swaps: list[SupervisionSwap], wrote: list[bool]) -> None:
+        # A new owner or a verdict; heartbeats (the same epoch) go unannounced.
+        self._channel.announce(
+            (conversation_key(s.tenant, s.requester_uuid, s.session_id), StreamChange.SUPERVISION)
+            for s, written in zip(swaps, wrote, strict=True)
+            if written and s.supervision.epoch != s.expected_epoch
         )
 
 

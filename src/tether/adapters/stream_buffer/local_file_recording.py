@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +19,15 @@ from tether.adapters._files import (
     store_root,
     write_json,
 )
+from tether.adapters.unix_datagrams import UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     ChatStreamRecordingStore,
+    DeltaPublication,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
+    StreamChange,
 )
 from tether.domain.store_errors import StoreCorruptedError
 
@@ -50,10 +54,22 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
     ``{"fence": n}``, so the fence outlives the record. A document without the
     key (written before fences were kept) is fenced at its record's epoch.
     ``delete`` also removes the lock file once no record is left.
+
+    Push: every accepted put and every delete that removed a record is
+    announced to the replicas on this host as Unix datagrams in
+    ``wake_directory`` (default: ``.tether-wake`` beside ``base_path``, where the
+    supervision store beside it announces too; see
+    ``tether.adapters.unix_datagrams``), and so are watches and deltas.
     """
 
-    def __init__(self, base_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        base_path: str | os.PathLike[str],
+        *,
+        wake_directory: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._base = store_root(base_path)
+        self._channel = UnixDatagramChannel(wake_directory or self._base.parent / ".tether-wake")
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
@@ -62,6 +78,7 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
         files = self._files(tenant, requester_uuid, session_id)
         document = event.model_dump(mode="json")
         await run_in_thread(_put, files, event.epoch, document)
+        self._announce([(tenant, requester_uuid, session_id)])
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
         """Every put, in order, in one thread call; True per written put, False per
@@ -76,7 +93,13 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
             )
             for put in puts
         ]
-        return await run_in_thread(_put_all, batch)
+        written = await run_in_thread(_put_all, batch)
+        self._announce(
+            (put.tenant, put.requester_uuid, put.session_id)
+            for put, wrote in zip(puts, written, strict=True)
+            if wrote
+        )
+        return written
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -90,7 +113,8 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
     ) -> None:
         """Remove the record iff it still belongs to ``message_id``."""
         files = self._files(tenant, requester_uuid, session_id)
-        await run_in_thread(_delete, files, message_id)
+        if await run_in_thread(_delete, files, message_id):
+            self._announce([(tenant, requester_uuid, session_id)])
 
     async def fence(
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
@@ -98,6 +122,48 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
         """Refuse later puts below ``epoch``; the record is unchanged."""
         files = self._files(tenant, requester_uuid, session_id)
         await run_in_thread(_fence, files, epoch)
+
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear the conversation's puts and deletes, and the supervision store's
+        changes of epoch, from any process on this host, from now on."""
+        return self._channel.subscribe(conversation_key(tenant, requester_uuid, session_id))
+
+    async def listen(self) -> None:
+        """Bind this replica's socket now (the first ``subscribe`` does anyway)."""
+        self._channel.listen()
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Every delta in the datagrams of one send per replica; one too large
+        for a datagram goes as a recording change (its follower reads the snapshot)."""
+        self._channel.announce_deltas(
+            (conversation_key(d.tenant, d.requester_uuid, d.session_id), d.delta) for d in deltas
+        )
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """Tell the conversation's producer, in whichever process, that a follower watches."""
+        key = conversation_key(tenant, requester_uuid, session_id)
+        self._channel.announce([(key, StreamChange.WATCH)])
+
+    async def wait_for_change(
+        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
+    ) -> bool:
+        """True when the conversation is announced within ``max_wait`` seconds."""
+        key = conversation_key(tenant, requester_uuid, session_id)
+        return await self._channel.wait(key, max_wait)
+
+    async def aclose(self) -> None:
+        """Close this store's socket (it has nothing else open)."""
+        await self._channel.aclose()
+
+    def _announce(self, conversations: Iterable[tuple[str, str | None, str]]) -> None:
+        self._channel.announce(
+            (conversation_key(*conversation), StreamChange.RECORDING)
+            for conversation in conversations
+        )
 
     def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> RowFiles:
         return row_files(self._base, "stream-recording", tenant, requester_uuid or "", session_id)
@@ -162,13 +228,15 @@ def _fence(files: RowFiles, epoch: int) -> None:
         write_json(files.data, {**document, _FENCE: epoch}, durable=False)
 
 
-def _delete(files: RowFiles, message_id: str) -> None:
+def _delete(files: RowFiles, message_id: str) -> bool:
+    removed = False
     with exclusive_lock(files.lock):
         current, fence = _load(files.data)
         if current is not None and current.message_id == message_id:
             # Only the fence stays: a paused producer must not record again.
             write_json(files.data, {_FENCE: fence}, durable=False)
-            current = None
+            current, removed = None, True
         if current is None:
             # Nothing left to guard but the fence: the lock file goes too.
             remove_lock_file(files.lock)
+    return removed

@@ -34,6 +34,8 @@ from tether.adapters._files import (
     write_json,
 )
 from tether.adapters.flock_presence import FlockPresenceLock
+from tether.adapters.unix_datagrams import DEAD_TURNS_KEY, UnixDatagramChannel, conversation_key
+from tether.domain.chat_stream_recording_store import ChangeSubscription, StreamChange
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
@@ -92,11 +94,22 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     a thousand thread hops per second would queue behind every other file
     write of the process (checkpoints and transcripts wait for fsync) in the
     default executor, and a late heartbeat reads as a dead producer.
+
+    Push: a swap that changes a row's epoch, and a delete, are announced to
+    the replicas on this host through Unix datagrams in ``wake_directory``
+    (default: ``.tether-wake`` beside ``base_path``, shared with the recording store
+    beside it; ``tether.adapters.unix_datagrams``); heartbeats are not.
     """
 
-    def __init__(self, base_path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self,
+        base_path: str | os.PathLike[str],
+        *,
+        wake_directory: str | os.PathLike[str] | None = None,
+    ) -> None:
         self._base = store_root(base_path)
         self._heartbeats: ThreadPoolExecutor | None = None
+        self._channel = UnixDatagramChannel(wake_directory or self._base.parent / ".tether-wake")
 
     async def compare_and_swap(
         self,
@@ -109,9 +122,12 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
         files = self._files(tenant, requester_uuid, session_id)
         document = _document(tenant, requester_uuid, session_id, supervision)
-        return await run_in_thread(
+        wrote = await run_in_thread(
             _compare_and_swap, files, expected_epoch, supervision.epoch, document
         )
+        swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
+        self._announce([swap], [wrote])
+        return wrote
 
     async def compare_and_swap_many(self, swaps: Sequence[SupervisionSwap]) -> list[bool]:
         """Each swap guarded on its own row, in order, in one thread call."""
@@ -129,7 +145,25 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         if self._heartbeats is None:
             # Created on first use: a store that never batches starts no thread.
             self._heartbeats = ThreadPoolExecutor(1, thread_name_prefix="tether-file-heartbeats")
-        return await run_in_executor(self._heartbeats, functools.partial(_swap_all, batch))
+        wrote = await run_in_executor(self._heartbeats, functools.partial(_swap_all, batch))
+        self._announce(swaps, wrote)
+        return wrote
+
+    def _announce(self, swaps: Sequence[SupervisionSwap], wrote: list[bool]) -> None:
+        # A new owner or a verdict; heartbeats (the same epoch) go unannounced.
+        self._channel.announce(
+            (conversation_key(s.tenant, s.requester_uuid, s.session_id), StreamChange.SUPERVISION)
+            for s, written in zip(swaps, wrote, strict=True)
+            if written and s.supervision.epoch != s.expected_epoch
+        )
+
+    async def announce_dead_turns(self) -> None:
+        """Wake the takeover loop of every replica on this host."""
+        self._channel.announce([(DEAD_TURNS_KEY, StreamChange.SUPERVISION)])
+
+    def subscribe_dead_turns(self) -> ChangeSubscription:
+        """Hear ``announce_dead_turns`` of every replica on this host."""
+        return self._channel.subscribe(DEAD_TURNS_KEY)
 
     async def aclose(self) -> None:
         """Wait for a heartbeat batch still on the store's thread, then stop it.
@@ -140,6 +174,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         executor, self._heartbeats = self._heartbeats, None
         if executor is not None:
             await asyncio.to_thread(executor.shutdown, wait=True)
+        await self._channel.aclose()
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -164,7 +199,9 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> None:
         """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
         files = self._files(tenant, requester_uuid, session_id)
-        await run_in_thread(_delete, files, message_id, epoch)
+        if await run_in_thread(_delete, files, message_id, epoch):
+            key = conversation_key(tenant, requester_uuid, session_id)
+            self._channel.announce([(key, StreamChange.SUPERVISION)])
 
     async def find_by_message_id(
         self, tenant: str, requester_uuid: str | None, message_id: str
@@ -308,17 +345,19 @@ def _swap_all(batch: Sequence[tuple[_RowFiles, int | None, int, dict[str, Any]]]
     ]
 
 
-def _delete(files: _RowFiles, message_id: str, epoch: int) -> None:
+def _delete(files: _RowFiles, message_id: str, epoch: int) -> bool:
+    removed = False
     with exclusive_lock(files.lock):
         current, last_epoch = _load(files.data)
         if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
             # A tombstone, not a removal: the conversation's epochs outlive the row.
             write_json(files.data, {_LAST_EPOCH: last_epoch}, durable=False)
             _unindex(files, message_id)
-            current = None
+            current, removed = None, True
         if current is None:
             # Nothing left to guard but the tombstone: the lock file goes too.
             remove_lock_file(files.lock)
+    return removed
 
 
 # The listing's look at a document's bytes, before any parse. A swap writes
