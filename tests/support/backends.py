@@ -211,8 +211,6 @@ class _Redis(Backend):
         with redis_prefix() as url:  # a key prefix is cheap: one per test
             yield url
 
-    keys_tombstones = False
-
     def stored_text(self, stores: TurnStores, url: str) -> str:
         import redis
 
