@@ -182,8 +182,6 @@ class _Postgres(_Database):
         assert shared is not None
         yield shared
 
-    keys_tombstones = False
-
     def stored_text(self, stores: TurnStores, url: str) -> str:
         import psycopg
 
