@@ -130,7 +130,10 @@ async def measure(
     OpenAI-compatible model streams). ``watched``: every turn publishes its
     deltas on the store's channel, as when a follower on another replica
     watches each of them (the channel's load at this many turns)."""
-    settings = TetherSettings(finished_turn_grace=1.0)
+    # Many turns of one requester at once is the point: no fair limits.
+    settings = TetherSettings(
+        finished_turn_grace=1.0, max_turns_per_requester=0, max_turns_per_tenant=0
+    )
     replica = offline_replica(
         backend,
         settings,

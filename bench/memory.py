@@ -154,7 +154,10 @@ async def measure_concurrent(
     """Peak RSS growth per turn, ``turns`` at once, beyond the answers held."""
     # Finished turns keep their final message for the grace period: longer than
     # the run, so at the peak every turn is either streaming or holding its answer.
-    settings = TetherSettings(finished_turn_grace=600.0)
+    # Many turns of one requester at once is the point: no fair limits.
+    settings = TetherSettings(
+        finished_turn_grace=600.0, max_turns_per_requester=0, max_turns_per_tenant=0
+    )
     replica = offline_replica(
         backend,
         settings,

@@ -20,6 +20,7 @@ from tether.adapters.mcp import (
     MCPOAuthCipher,
     MCPOAuthClientInfoRecord,
     MCPOAuthDecryptionError,
+    MCPOAuthIntegrationStore,
     MCPOAuthRepository,
     generate_encryption_key,
 )
@@ -261,3 +262,86 @@ async def _race_client_info(
             attempt = _client(tenant, f"c-{name}", f"{number + 1}:{name}")
             if await repo.compare_and_swap_client_info(attempt, current):
                 won.append(number + 1)
+
+
+# ------------------------------------------------------------ one registration across replicas
+
+
+class _Counted:
+    """Counts a repository's client info reads (to know a replica is waiting)."""
+
+    def __init__(self, repository: MCPOAuthRepository) -> None:
+        self.reads = 0
+        self.reading = asyncio.Event()
+        original = repository.get_client_info
+
+        async def get_client_info(tenant: str, server_name: str) -> MCPOAuthClientInfoRecord | None:
+            self.reads += 1
+            if self.reads >= 2:
+                self.reading.set()
+            return await original(tenant, server_name)
+
+        repository.get_client_info = get_client_info  # type: ignore[method-assign]
+
+
+async def _yield(seconds: float) -> None:
+    await asyncio.sleep(0)  # a waiting replica polls; the test decides when to go on
+
+
+async def test_replicas_needing_a_client_at_once_register_one_between_them(
+    backend: str, make_repository: Callable[[str | None], MCPOAuthRepository]
+) -> None:
+    """Two replicas start the first turn of a new tenant with one MCP server at
+    once. The first takes the registration lease and registers (held at the
+    authorization server); the second finds the lease and waits for its
+    client instead of registering one of its own. Before, both registered
+    and one client was kept: an orphan client at the server each time."""
+    tenant = unique("tenant")
+    uri = "https://tether.example/mcp/oauth/callback"
+    first_repository = make_repository(KEY)
+    second_repository = first_repository if backend == "memory" else make_repository(KEY)
+    async with AsyncExitStack() as stack:
+        for repository in {id(r): r for r in (first_repository, second_repository)}.values():
+            opened = getattr(repository, "open", None)
+            if opened is not None:
+                await opened()
+            stack.push_async_callback(repository.aclose)
+        first = MCPOAuthIntegrationStore(first_repository, sleep=_yield)
+        second = MCPOAuthIntegrationStore(second_repository, sleep=_yield)
+        registering, second_registering, go_on = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        made: list[str] = []
+
+        async def register() -> dict[str, Any]:
+            made.append(f"client-{len(made) + 1}")
+            client_id = made[-1]
+            (registering if len(made) == 1 else second_registering).set()
+            await go_on.wait()
+            return {
+                "client_id": client_id,
+                "client_secret": f"secret-of-{client_id}",
+                "redirect_uris": [uri],
+                "issuer": "https://as.example/",
+                "source": "dynamic_registration",
+            }
+
+        def needs_client(store: MCPOAuthIntegrationStore) -> asyncio.Task[dict[str, Any]]:
+            return asyncio.create_task(
+                store.registered_client(
+                    tenant, "srv", issuer="https://as.example/", redirect_uri=uri, register=register
+                )
+            )
+
+        one = needs_client(first)
+        await registering.wait()  # the first replica holds the lease, registering
+        watched = _Counted(second_repository)
+        other = needs_client(second)
+        # The second has read the lease at least twice (it waits), or registers too.
+        waits = [asyncio.create_task(e.wait()) for e in (watched.reading, second_registering)]
+        await asyncio.wait(waits, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            task.cancel()
+        assert made == ["client-1"], "the second replica registered a client of its own"
+        go_on.set()
+        clients = await asyncio.gather(one, other)
+    assert made == ["client-1"], "one registration at the authorization server"
+    assert [client["client_id"] for client in clients] == ["client-1", "client-1"]

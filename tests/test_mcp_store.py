@@ -35,7 +35,9 @@ from tether.adapters.mcp import (
     generate_encryption_key,
     get_local_file_mcp_oauth_integration_store,
 )
+from tether.adapters.mcp.records import REGISTRATIONS_FIELD
 from tether.adapters.mcp.store import Register
+from tether.domain.store_errors import StoreUnavailableError
 from tether.testing.contracts import ManualClock
 from tether.testing.contracts.mcp_oauth import pending, tokens
 
@@ -420,7 +422,7 @@ def _registrar(redirect_uri: str, gate: asyncio.Event, made: list[str]) -> Regis
 
 
 @pytest.mark.parametrize("kind", ["memory", "plain", "revisionless"])
-async def test_one_registration_per_callback_url_is_kept_and_racers_use_the_winners(
+async def test_one_registration_per_callback_url_is_made_and_racers_use_it(
     kind: str, clock: ManualClock
 ) -> None:
     repository: MCPOAuthRepository = {
@@ -447,7 +449,7 @@ async def test_one_registration_per_callback_url_is_kept_and_racers_use_the_winn
     await asyncio.sleep(0.01)
     gate.set()
     winners = {client["client_id"] for client in await asyncio.gather(*racers)}
-    assert len(made) == 4 and len(winners) == 1, "all registered, one is kept and used by all"
+    assert len(made) == 1 and len(winners) == 1, "one registers (single flight), all use it"
     [winner] = winners
     second = "https://two.example/mcp/oauth/callback"
     other = await store.registered_client(
@@ -457,7 +459,7 @@ async def test_one_registration_per_callback_url_is_kept_and_racers_use_the_winn
         redirect_uri=second,
         register=_registrar(second, gate, made),
     )
-    assert other["client_id"] == "client-5"
+    assert other["client_id"] == "client-2"
     again = await store.registered_client(
         "t",
         "srv",
@@ -465,8 +467,8 @@ async def test_one_registration_per_callback_url_is_kept_and_racers_use_the_winn
         redirect_uri=first,
         register=_registrar(first, gate, made),
     )
-    assert again["client_id"] == winner and len(made) == 5, "the first URL's client is kept"
-    for client_id in (winner, "client-5"):
+    assert again["client_id"] == winner and len(made) == 2, "the first URL's client is kept"
+    for client_id in (winner, "client-2"):
         client = await store.client_for("t", "srv", client_id)
         assert client.client_secret == f"secret-of-{client_id}"
 
@@ -509,3 +511,39 @@ async def test_an_expired_registration_is_replaced_and_a_configured_client_goes_
     record = await store.get_client_info("t", "srv")
     assert record is not None and record.client_info["client_secret"] == "rotated"
     assert [c["client_id"] for c in record.client_info["other_clients"]] == ["client-2"]
+
+
+async def test_a_registration_whose_replica_died_is_waited_for_then_taken_over(
+    store: MCPOAuthIntegrationStore, clock: ManualClock
+) -> None:
+    """A replica took the registration lease and died before writing its
+    client: others wait for it up to ``refresh_wait``, then give up for this
+    turn; once the lease lapses (``refresh_lease``) the next one registers."""
+    uri = "https://one.example/mcp/oauth/callback"
+    lease = {
+        "issuer": "https://as.example/",
+        "redirect_uri": uri,
+        "holder": "a replica that died",
+        "expires_at": (clock() + timedelta(seconds=30)).timestamp(),
+    }
+    await store.save_client_info(
+        MCPOAuthClientInfoRecord(
+            tenant="t", server_name="srv", client_info={REGISTRATIONS_FIELD: [lease]}
+        )
+    )
+    gate = asyncio.Event()
+    gate.set()
+    made: list[str] = []
+    register = _registrar(uri, gate, made)
+    with pytest.raises(StoreUnavailableError, match="did not finish in time"):
+        await store.registered_client(
+            "t", "srv", issuer="https://as.example/", redirect_uri=uri, register=register
+        )
+    assert made == []
+    clock.advance(30)
+    client = await store.registered_client(
+        "t", "srv", issuer="https://as.example/", redirect_uri=uri, register=register
+    )
+    assert client["client_id"] == "client-1" and made == ["client-1"]
+    record = await store.get_client_info("t", "srv")
+    assert record is not None and REGISTRATIONS_FIELD not in record.client_info

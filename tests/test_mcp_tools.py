@@ -633,14 +633,22 @@ async def test_the_access_log_never_holds_a_callbacks_code_or_state(
                 params={"state": "STATE-SECRET-1", "code": "CODE-SECRET-2", "iss": "x"},
             )
             assert page.status_code == 400
+            # Names percent-encoded, which the route decodes: %63ode is code.
+            encoded = await client.get(
+                "/mcp/oauth/callback?%73tate=STATE-SECRET-3&%63ode=CODE-SECRET-4&co%64e=CODE-5"
+            )
+            assert encoded.status_code == 400
             # Not a probe: probes are not logged at INFO.
             await client.get("/openapi.json", params={"code": "not-a-callback"})
     finally:
         served.stop()  # joins the server's thread: every line is logged by now
         logging.getLogger("uvicorn.access").removeHandler(capture)
-    [callback] = [line for line in lines if "/mcp/oauth/callback" in line]
+    callback, encoded_callback = [line for line in lines if "/mcp/oauth/callback" in line]
     assert "STATE-SECRET-1" not in callback and "CODE-SECRET-2" not in callback
     assert "state=[redacted]" in callback and "code=[redacted]" in callback
+    for secret in ("STATE-SECRET-3", "CODE-SECRET-4", "CODE-5"):
+        assert secret not in encoded_callback
+    assert "%63ode=[redacted]" in encoded_callback
     assert "iss=x" in callback and "400" in callback
     assert any("code=not-a-callback" in line for line in lines), "other routes are left alone"
 

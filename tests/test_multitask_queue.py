@@ -9,17 +9,18 @@ replica ended the turn before it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from tests.support.scripted import ScriptedCluster, dies_after_its_last_write, enqueued
 from tether.domain.chat_message import ChatMessage
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import NotImplementedByStoreError
 from tether.handlers.queue import QUEUED_SUFFIX, waiting_in
 from tether.handlers.turn import Turn
+from tether.runtime.conversation_row import CANCELLER
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 from tether.testing.interleavings import hold
@@ -491,3 +492,138 @@ async def test_a_handed_off_turn_started_elsewhere_is_not_cancelled_by_the_repli
         ("user", "Three?"),
         ("bot", "Answer three."),
     ]
+
+
+def _claims_turn(message_id: str) -> Callable[..., bool]:
+    """A supervision compare-and-swap that grants ``message_id`` a running row
+    for its own producer (a start's claim, not a cancel's)."""
+
+    def matches(*args: object) -> bool:
+        row = args[4]
+        assert isinstance(row, ChatStreamSupervision)
+        return (
+            row.message_id == message_id
+            and row.status is ChatStreamStatus.RUNNING
+            and row.producer != CANCELLER
+        )
+
+    return matches
+
+
+async def test_a_queued_turn_is_cancelled_while_a_start_of_the_one_before_it_holds_the_fences(
+    cluster: ScriptedCluster,
+) -> None:
+    """Cancelling the running turn kicks the queue: the start of the head has
+    fenced the transcript at the next epoch and its grant is on the way. A
+    cancel of a turn further back read the row below that fence, so its
+    removal is refused, and every read again finds the same row until the
+    grant lands. Before, it gave up after four reads with 409, and a client
+    cancelling a whole queue at once had to retry most of them."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(b, "s1", "Three?")
+    cluster.answer(two.message_id, "Answer two.")
+    assert cluster.stores.supervision is not None
+    granting = hold(
+        cluster.stores.supervision, "compare_and_swap", when=_claims_turn(two.message_id)
+    )
+    await a.cancel("t", "u", "s1", first.message_id)
+    await granting.reached()  # the kick's start of "Two?": fences raised, grant held
+
+    await b.cancel("t", "u", "s1", three.message_id)
+
+    granting.release()
+    await _ran(cluster, two.message_id)
+    assert not cluster.scripts.of(three.message_id).started.is_set()
+    assert waiting_in(await cluster.transcript("s1")) == []
+    assert "Three?" not in [m.content for m in await cluster.transcript("s1")]
+
+
+async def test_a_queued_turn_is_cancelled_after_a_start_gave_up_with_the_fences_raised(
+    cluster: ScriptedCluster,
+) -> None:
+    """A kick's start of the head finds it cancelled once the transcript is
+    fenced, and gives up without taking the row: the fence stays one epoch
+    above the row. A cancel of the next queued turn, made before the kick
+    tries again, must not depend on that kick to move the row on."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(b, "s1", "Three?")
+    four = await cluster.enqueue(b, "s1", "Four?")
+    cluster.answer(four.message_id, "Answer four.")
+    conversations = cluster.stores.conversation
+    supervision = cluster.stores.supervision
+    assert conversations is not None and supervision is not None
+    after = (await supervision.last_epoch("t", "u", "s1")) + 2  # the cancel's END and FINISH
+    fencing = hold(conversations, "fence", when=lambda *args: args[3] == after + 1)
+    await a.cancel("t", "u", "s1", first.message_id)
+    await fencing.reached()  # the kick's start of "Two?", before its fence
+    # Taken out below the fence (its own kick left out: one kicker is staged).
+    await b.cancel("t", "u", "s1", two.message_id, kick=False)
+    restarting = hold(supervision, "compare_and_swap", when=_claims_turn(three.message_id))
+    fencing.release()
+    await restarting.reached()  # "Two?" was gone: the kick tries "Three?"
+
+    await b.cancel("t", "u", "s1", three.message_id)
+
+    restarting.release()
+    await _ran(cluster, four.message_id)
+    for cancelled in (two, three):
+        assert not cluster.scripts.of(cancelled.message_id).started.is_set()
+    assert _shape(await cluster.transcript("s1"))[-2:] == [
+        ("user", "Four?"),
+        ("bot", "Answer four."),
+    ]
+
+
+async def test_a_queued_turn_is_cancelled_while_a_cancel_of_the_running_one_holds_the_fences(
+    cluster: ScriptedCluster,
+) -> None:
+    """Cancelling a whole queue at once, running turn included: the cancel of
+    the running turn has fenced the stores at the next epoch and its write of
+    the row is on the way. A cancel of a queued turn made meanwhile is refused
+    at the row's epoch and reads the same row again: it waits for that write,
+    not answers 409."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    three = await cluster.enqueue(b, "s1", "Three?")
+    conversations, supervision = cluster.stores.conversation, cluster.stores.supervision
+    assert conversations is not None and supervision is not None
+    ending = hold(
+        supervision,
+        "compare_and_swap",
+        when=lambda *args: args[4].message_id == first.message_id and args[4].producer == CANCELLER,
+    )
+    cancelling_first = asyncio.create_task(a.cancel("t", "u", "s1", first.message_id))
+    await ending.reached()
+    removals: list[int] = []
+    fifth = asyncio.Event()
+
+    def counted(*args: object, **kwargs: object) -> bool:
+        if args[3] == [f"{three.message_id}{QUEUED_SUFFIX}"]:
+            removals.append(int(str(kwargs["epoch"])))
+            if len(removals) == 5:
+                fifth.set()
+        return False  # only counted, never held
+
+    hold(conversations, "remove_fenced", when=counted)
+    cancelling_three = asyncio.create_task(b.cancel("t", "u", "s1", three.message_id))
+    # Five refused removals, the cancel still going (before, it gave up after four).
+    fifth_seen = asyncio.create_task(fifth.wait())
+    done, _ = await asyncio.wait(
+        {cancelling_three, fifth_seen}, timeout=10, return_when="FIRST_COMPLETED"
+    )
+    if cancelling_three in done:
+        await cancelling_three  # its error, if it gave up
+    assert fifth_seen in done and not cancelling_three.done()
+    ending.release()
+
+    await cancelling_three
+    await cancelling_first
+    cluster.answer(two.message_id, "Answer two.")  # only now: its end would start "Three?"
+    await _ran(cluster, two.message_id)
+    assert not cluster.scripts.of(three.message_id).started.is_set()
+    assert "Three?" not in [m.content for m in await cluster.transcript("s1")]

@@ -53,6 +53,7 @@ from tether.domain.chat_stream_supervision_store import (
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreError, StoreUnavailableError
+from tether.domain.tombstones import TombstoneKey
 
 pytestmark = pytest.mark.postgres
 
@@ -544,6 +545,57 @@ async def test_an_existing_database_is_upgraded_to_name_each_turns_producer(
         named = _row(1, seconds=1, producer="replica-a")
         assert await store.compare_and_swap("t", "u", "s", 1, named)
         assert await store.read("t", "u", "s") == named
+
+
+async def test_an_existing_database_keeps_its_epochs_and_fences_under_tombstones(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before version 6 the numbers kept for ever per conversation were keyed by
+    the SHA-256 of its ids and held the ids too. The upgrade re-keys every row
+    of a conversation by its tombstone (a keyed hash) and drops the ids from
+    those numbers, keeping each one."""
+    with monkeypatch.context() as patched:
+        patched.setattr(migrations, "MIGRATIONS", MIGRATIONS[:5])
+        assert await PostgresDatabase.from_url(postgres_url).upgrade() == [1, 2, 3, 4, 5]
+    old = row_key("t", "u", "erased")
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        for table, requester, epoch in (
+            ("tether_stream_supervision_epoch", "requester_uuid", 7),
+            ("tether_stream_recording_fence", "requester_uuid", 6),
+            ("tether_agent_state_fence", "user_uuid", 5),
+        ):
+            await admin.execute(
+                f"INSERT INTO {table} (key, tenant, {requester}, session_id, epoch) "
+                "VALUES (%s, 't', 'u', 'erased', %s)",
+                (old, epoch),
+            )
+    assert await PostgresDatabase.from_url(postgres_url).upgrade() == [6]
+    async with _supervision_store(f"{postgres_url}?create_schema=false") as store:
+        assert await store.last_epoch("t", "u", "erased") == 7
+        assert not await store.compare_and_swap("t", "u", "erased", None, _row(7))
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
+        for table in (
+            "tether_stream_supervision_epoch",
+            "tether_stream_recording_fence",
+            "tether_agent_state_fence",
+        ):
+            cursor = await admin.execute(f"SELECT * FROM {table}")
+            assert [column.name for column in cursor.description or []] == ["key", "epoch"]
+            keys = [row[0] for row in await cursor.fetchall()]
+            assert keys == [session_key("t", "u", "erased")] and old not in keys
+
+
+async def test_a_database_keyed_with_another_tombstone_key_is_refused(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await PostgresDatabase.from_url(postgres_url).upgrade()
+    another = TombstoneKey(b"another secret key, not this one")
+    monkeypatch.setattr(migrations, "tombstones", lambda: another)
+    with pytest.raises(StoreError, match="TETHER_TOMBSTONE_KEY"):
+        await PostgresDatabase.from_url(postgres_url).upgrade()
+    with pytest.raises(StoreError, match="TETHER_TOMBSTONE_KEY"):
+        async with _supervision_store(f"{postgres_url}?create_schema=false"):
+            pass
 
 
 def _cli() -> typer.Typer:

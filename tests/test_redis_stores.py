@@ -37,7 +37,8 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervision,
     SupervisionSwap,
 )
-from tether.domain.store_errors import StoreCorruptedError, StoreUnavailableError
+from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
+from tether.domain.tombstones import TombstoneKey
 from tether.stores import StoreURLError, from_url
 from tether.testing.contracts import ChatStreamSupervisionEpochContract
 from tether.testing.contracts.fencing import Expire
@@ -719,3 +720,49 @@ async def test_put_many_is_one_round_trip_and_fences_each_put(redis_url: str) ->
         finally:
             raw.close()
         assert await store.put_many(puts[1:3]) == [True, True]
+
+
+async def test_numbers_an_earlier_release_kept_under_ids_move_to_their_tombstones(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    """Before tombstones, a conversation's fences and highest epoch were kept
+    under keys naming it. A replica opening the store moves each to its
+    tombstone's key, keeping the higher number where both exist, so every
+    epoch still holds and no key names the conversation."""
+    prefix = _prefix(redis_url)
+    named = "t:u:erased"  # the escaped conversation, as the old keys held it
+    raw.set(f"{prefix}supervision-epoch:{named}", "7")
+    raw.set(f"{prefix}recording-fence:{named}", "6")
+    raw.set(f"{prefix}agent-state-fence:{named}", "5")
+    async with RedisConnection.from_url(redis_url) as connection:
+        raw.set(connection.keys.agent_state_fence(named), "9")  # higher: kept
+        raw.set(f"{prefix}agent-state-fence:{named}", "5")
+    async with RedisConnection.from_url(redis_url) as connection:
+        state = RedisChatAgentStateStore(connection)
+        supervision = RedisChatStreamSupervisionStore(connection)
+        recording = RedisChatStreamRecordingStore(connection)
+        assert await supervision.last_epoch("t", "u", "erased") == 7
+        assert not await supervision.compare_and_swap("t", "u", "erased", None, _row(7))
+        assert not (await recording.put_many([RecordingPut("t", "u", "erased", _event(5))]))[0]
+        assert not await state.save_fenced("t", "u", "erased", {}, 8)
+        assert await state.save_fenced("t", "u", "erased", {}, 9)
+    for kind in ("supervision-epoch", "recording-fence", "agent-state-fence"):
+        assert not [key for key in _keys(raw, f"{prefix}{kind}:*") if "erased" in key]
+
+
+async def test_a_store_written_under_one_tombstone_key_is_refused_under_another(
+    redis_url: str,
+) -> None:
+    first, second = TombstoneKey(b"first secret key!"), TombstoneKey(b"second secret key")
+    client = redis.asyncio.Redis.from_url(_server_url(redis_url))
+    try:
+        prefix = _prefix(redis_url)
+        async with RedisConnection(client, prefix=prefix, tombstone_key=first):
+            pass
+        with pytest.raises(StoreError, match="TETHER_TOMBSTONE_KEY"):
+            async with RedisConnection(client, prefix=prefix, tombstone_key=second):
+                pass
+        async with RedisConnection(client, prefix=prefix, tombstone_key=first):
+            pass
+    finally:
+        await client.aclose()

@@ -33,6 +33,7 @@ from tether.domain.chat_stream_supervision_store import (
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
+from tether.domain.tombstones import TombstoneKey
 from tether.stores import StoreURLError
 from tether.testing.contracts import TRICKY_IDS, ManualClock
 
@@ -597,3 +598,47 @@ def test_processes_opening_and_closing_one_fresh_file_all_succeed(db_path: Path)
             if process.is_alive():
                 process.kill()
     assert outcomes == ["ok"] * processes_count
+
+
+async def test_a_file_of_schema_version_5_keeps_its_epochs_and_fences_under_tombstones(
+    db_path: Path,
+) -> None:
+    """Before version 6 the numbers kept for ever per conversation named it;
+    the upgrade re-keys them by its tombstone and keeps every one."""
+    with _raw(db_path) as raw:
+        for migration in queries.MIGRATIONS[:5]:
+            for statement in migration:
+                raw.execute(statement)
+        raw.execute(queries.set_user_version(5))
+        ids = (b"t", b"u", b"erased")
+        raw.execute("INSERT INTO stream_epoch VALUES (?, ?, ?, 7)", ids)
+        raw.execute("INSERT INTO stream_fence VALUES (?, ?, ?, 6)", ids)
+        raw.execute("INSERT INTO agent_state_fence VALUES (?, ?, ?, 5)", ids)
+    async with SQLiteDatabase(db_path) as database:
+        supervision = SQLiteChatStreamSupervisionStore(database)
+        recording = SQLiteChatStreamRecordingStore(database)
+        state = SQLiteChatAgentStateStore(database)
+        assert await supervision.last_epoch("t", "u", "erased") == 7
+        assert not await supervision.compare_and_swap(
+            "t", "u", "erased", None, _ROW.model_copy(update={"epoch": 7})
+        )
+        with pytest.raises(RecordingFencedError):
+            await recording.put("t", "u", "erased", _EVENT.model_copy(update={"epoch": 5}))
+        assert not await state.save_fenced("t", "u", "erased", {}, 4)
+        assert await state.save_fenced("t", "u", "erased", {}, 5)
+    with _raw(db_path) as raw:
+        for table in ("stream_epoch", "stream_fence", "agent_state_fence"):
+            (tombstone, _epoch) = raw.execute(f"SELECT * FROM {table}").fetchone()
+            assert tombstone == TombstoneKey.from_env().of("t", "u", "erased")
+
+
+async def test_a_file_written_under_one_tombstone_key_is_refused_under_another(
+    db_path: Path,
+) -> None:
+    async with SQLiteDatabase(db_path, tombstone_key=TombstoneKey(b"first key, a secret")):
+        pass
+    with pytest.raises(StoreError, match="TETHER_TOMBSTONE_KEY"):
+        async with SQLiteDatabase(db_path, tombstone_key=TombstoneKey(b"another key entirely")):
+            pass
+    async with SQLiteDatabase(db_path, tombstone_key=TombstoneKey(b"first key, a secret")):
+        pass

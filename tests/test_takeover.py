@@ -502,6 +502,8 @@ class _Refusing(AutomaticTakeover):
 async def test_each_replica_walks_the_dead_turns_in_an_order_of_its_own(
     cluster: ScriptedCluster,
 ) -> None:
+    # Twelve turns of one requester on one replica: over the default limit.
+    cluster.settings = dataclasses.replace(cluster.settings, max_turns_per_requester=0)
     await _dead_turns_of_one_replica(cluster, 12)
     orders = []
     for seed in (1, 2):

@@ -88,6 +88,16 @@ class TetherSettings:
     is answered 408 and the connection closed (a body sent a byte a second)."""
     idle_timeout: float = 5.0
     """A kept-alive connection with no request for this long is closed."""
+    max_turns_per_requester: int = 8
+    """Turns one requester may run at once on one replica; a new turn over it
+    is refused 429 ``TOO_MANY_TURNS`` (0: no limit). See ``tether.handlers.limits``."""
+    max_turns_per_tenant: int = 64
+    """Turns one tenant may run at once on one replica, likewise (0: no limit)."""
+    max_queued_turns: int = 16
+    """Messages that may wait in one conversation's queue (``enqueue``); one
+    more is refused 429 ``QUEUE_FULL`` (0: no limit)."""
+    limit_retry_after: int = 5
+    """The ``Retry-After`` (seconds) of a 429 from the limits above."""
     retention: float | None = None
     """Conversations not updated for this long are erased, with everything they
     own, by one replica at a time (``TETHER_RETENTION``, an age such as ``30d``;
@@ -105,6 +115,15 @@ class TetherSettings:
                 raise ValueError(
                     f"TETHER_{name.upper()} must be positive, not {getattr(self, name)}"
                 )
+        for name in ("max_turns_per_requester", "max_turns_per_tenant", "max_queued_turns"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"TETHER_{name.upper()} must be 0 (no limit) or more, not {getattr(self, name)}"
+                )
+        if self.limit_retry_after < 1:
+            raise ValueError(
+                f"TETHER_LIMIT_RETRY_AFTER must be 1 or more, not {self.limit_retry_after}"
+            )
         if self.retention is not None and self.retention <= 0:
             raise ValueError(f"TETHER_RETENTION must be positive, not {self.retention}")
         if self.retention_interval <= 0:

@@ -21,13 +21,14 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from tests.support.services import postgres_database, redis_prefix
 from tether import stores
 from tether.domain.chat_conversation_store import ChatConversationStore
+from tether.runtime.turn_stores import TurnStores
 from tether.stores import StoreBundle
 from tether.testing.contracts import TRICKY_IDS, StoreFactory
 
@@ -65,8 +66,23 @@ class Backend:
         """The bundle's conversation store, but stamping times with ``clock``."""
         return None
 
+    keys_tombstones: ClassVar[bool] = True
+    """Whether it keeps conversations' epochs and fences under a keyed hash
+    (``tether.domain.tombstones``) rather than their ids."""
+
+    def stored_text(self, stores: TurnStores, url: str) -> str:
+        """Everything the backend holds (names, keys and values), as text, so a
+        test can look for ids in it; bytes are decoded as UTF-8 where they can be."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<backend {self.name}>"
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    return str(value)
 
 
 class _Memory(Backend):
@@ -84,6 +100,11 @@ class _Memory(Backend):
 
         return InMemoryChatConversationStore(clock=clock)
 
+    def stored_text(self, stores: TurnStores, url: str) -> str:
+        # The stores' own attributes are all they hold.
+        held = (stores.agent_state, stores.recording, stores.supervision, stores.conversation)
+        return repr([vars(store) for store in held if store is not None])
+
 
 class _File(Backend):
     name = "file"
@@ -99,6 +120,15 @@ class _File(Backend):
 
         # Where ``tether.stores.from_url`` puts the conversations of ``url``.
         return LocalFileChatConversationStore(Path(urlsplit(url).path) / "conversations", clock)
+
+    keys_tombstones = False  # its numbers live in files named after the ids
+
+    def stored_text(self, stores: TurnStores, url: str) -> str:
+        root = Path(urlsplit(url).path)
+        return "\n".join(
+            f"{path.relative_to(root)}\n{_text(path.read_bytes()) if path.is_file() else ''}"
+            for path in sorted(root.rglob("*"))
+        )
 
 
 class _Database(Backend):
@@ -119,6 +149,25 @@ class _SQLite(_Database):
     def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{tmp_path / 'stores.db'}"
 
+    def stored_text(self, stores: TurnStores, url: str) -> str:
+        import sqlite3
+
+        connection = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            tables = [
+                name
+                for (name,) in connection.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            ]
+            return "\n".join(
+                f"{table}: " + " ".join(_text(value) for value in row)
+                for table in tables
+                for row in connection.execute(f'SELECT * FROM "{table}"')
+            )
+        finally:
+            connection.close()
+
 
 class _Postgres(_Database):
     name = "postgres"
@@ -133,6 +182,22 @@ class _Postgres(_Database):
         assert shared is not None
         yield shared
 
+    def stored_text(self, stores: TurnStores, url: str) -> str:
+        import psycopg
+
+        with psycopg.connect(url) as connection:
+            tables = [
+                name
+                for (name,) in connection.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+                )
+            ]
+            return "\n".join(
+                f"{table}: {row[0]}"
+                for table in tables
+                for row in connection.execute(f'SELECT t::text FROM "{table}" t')
+            )
+
 
 class _Redis(Backend):
     name = "redis"
@@ -143,6 +208,31 @@ class _Redis(Backend):
     def url(self, shared: str | None, tmp_path: Path) -> Iterator[str]:
         with redis_prefix() as url:  # a key prefix is cheap: one per test
             yield url
+
+    def stored_text(self, stores: TurnStores, url: str) -> str:
+        import redis
+
+        prefix = parse_qs(urlsplit(url).query)["prefix"][0]
+        client = redis.Redis.from_url(url.split("?")[0])
+        try:
+            lines = []
+            for key in client.scan_iter(match=f"{prefix}*", count=500):
+                kind = _text(client.type(key))
+                value: object = None
+                if kind == "string":
+                    value = client.get(key)
+                elif kind == "hash":
+                    value = client.hgetall(key)
+                elif kind in ("zset", "list"):
+                    value = (
+                        client.zrange(key, 0, -1) if kind == "zset" else client.lrange(key, 0, -1)
+                    )
+                elif kind == "set":
+                    value = client.smembers(key)
+                lines.append(f"{_text(key)} {_text(value)}")
+            return "\n".join(lines)
+        finally:
+            client.close()
 
 
 def _param(backend: Backend, *marks: pytest.MarkDecorator) -> Any:

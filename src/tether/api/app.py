@@ -175,7 +175,7 @@ def setup_app(
 
     @app.exception_handler(TurnRequestError)
     async def turn_request_error(request: Request, error: TurnRequestError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status_code)
+        return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers())
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, error: StoreError) -> JSONResponse:

@@ -24,6 +24,7 @@ from fastapi import Request
 from jwt.algorithms import get_default_algorithms
 
 from tether.api.ids import ID_PATTERN, MAX_ID_LENGTH
+from tether.api.jwks import RemoteKeys
 from tether.domain.chat_request import RequestHeaders
 from tether.handlers.errors import TurnRequestError
 
@@ -82,6 +83,12 @@ class Authenticator(ABC):
     @abstractmethod
     def authenticate(self, request: Request) -> RequestHeaders:
         """The identity of ``request``, or an error as above."""
+
+    async def prepare(self, request: Request) -> None:
+        """What ``authenticate`` needs from the network for this request (a
+        key set), fetched before it runs; the async authentication dependency
+        awaits it. Default: nothing."""
+        return None
 
 
 IDENTITY_HEADERS = ("requester-uuid", "user-tenants", "user-roles")
@@ -142,7 +149,9 @@ class JWTAuthenticator(Authenticator):
     A claim name is looked up as is first, then as a dotted path into nested
     objects (``realm_access.roles``), so URL-shaped claim names still work.
     Identity headers are ignored. Build one with ``from_secret``,
-    ``from_public_key``, ``from_jwks`` or their ``_file`` variants.
+    ``from_public_key``, ``from_jwks`` or their ``_file`` variants, or with
+    ``from_jwks_url`` for keys the identity provider publishes and rotates
+    (``tether.api.jwks``: a token's key is then looked up by its ``kid``).
     """
 
     def __init__(
@@ -157,10 +166,12 @@ class JWTAuthenticator(Authenticator):
         leeway: float = 0.0,
         require_exp: bool = True,
         default_tenants: Sequence[str] = (),
+        remote: RemoteKeys | None = None,
     ) -> None:
         usable = [key for key in keys if key.public_key_use in (None, "sig")]
-        if not usable:
+        if not usable and remote is None:
             raise ValueError("a JWT authenticator needs at least one signing key")
+        self.remote = remote
         for key in usable:
             # Refuse weak keys at start-up rather than warning on every request.
             weakness = key.Algorithm.check_key_length(key.Algorithm.prepare_key(key.key))
@@ -240,10 +251,27 @@ class JWTAuthenticator(Authenticator):
             raise ValueError(f"{path} is not a JSON Web Key Set object")
         return cls.from_jwks(document, **options)
 
+    @classmethod
+    def from_jwks_url(cls, url: str, **options: Any) -> JWTAuthenticator:
+        """Tokens signed with a key the JSON Web Key Set at ``url`` holds, fetched
+        when first needed, cached, and fetched again when a token names a key
+        id the cached set lacks (a rotation). Only public-key algorithms."""
+        return cls([], remote=RemoteKeys(url), **options)
+
+    async def prepare(self, request: Request) -> None:
+        if self.remote is None:
+            return
+        token = _bearer_token(request.headers.get("authorization"))
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as error:
+            raise AuthenticationError(f"the bearer token was refused: {error}") from error
+        await self.remote.look_up(request, header)
+
     def authenticate(self, request: Request) -> RequestHeaders:
         authorization = request.headers.get("authorization")
         token = _bearer_token(authorization)
-        claims = self._verified_claims(token)
+        claims = self._verified_claims(token, request)
         requester = _claim(claims, self.requester_claim)
         if not isinstance(requester, str) or not _is_valid_id(requester):
             raise AuthenticationError(
@@ -261,9 +289,9 @@ class JWTAuthenticator(Authenticator):
             authorization=authorization,
         )
 
-    def _verified_claims(self, token: str) -> dict[str, Any]:
+    def _verified_claims(self, token: str, request: Request) -> dict[str, Any]:
         try:
-            key = self._key_for(jwt.get_unverified_header(token))
+            key = self._key_for(jwt.get_unverified_header(token), request)
             return jwt.decode(
                 token,
                 key,
@@ -284,8 +312,10 @@ class JWTAuthenticator(Authenticator):
         except jwt.PyJWTError as error:
             raise AuthenticationError(f"the bearer token was refused: {error}") from error
 
-    def _key_for(self, header: Mapping[str, Any]) -> jwt.PyJWK:
+    def _key_for(self, header: Mapping[str, Any], request: Request) -> jwt.PyJWK:
         kid = header.get("kid")
+        if self.remote is not None:
+            return _remote_key(self.remote, request, kid)
         if kid is None:
             if len(self.keys) == 1:
                 return self.keys[0]
@@ -298,6 +328,18 @@ class JWTAuthenticator(Authenticator):
         if len(self.keys) == 1 and self.keys[0].key_id is None:
             return self.keys[0]
         raise AuthenticationError("the token's key id (kid) is not one of the server's keys")
+
+
+def _remote_key(remote: RemoteKeys, request: Request, kid: object) -> jwt.PyJWK:
+    if kid is None:
+        raise AuthenticationError("the token names no key id (kid)")
+    key = remote.key_of(request)
+    if key is None or key.key_id != kid:
+        raise AuthenticationError("the token's key id (kid) is not one of the provider's keys")
+    if key.algorithm_name.startswith("HS") or key.algorithm_name == "none":
+        # A shared secret published at a URL is no secret: never verify with it.
+        raise AuthenticationError("the provider's key for this kid is not a public key")
+    return key
 
 
 class AuthMode(StrEnum):
@@ -313,6 +355,7 @@ def build_authenticator(
     secret: str | None = None,
     public_key_file: Path | None = None,
     jwks_file: Path | None = None,
+    jwks_url: str | None = None,
     audience: str | None = None,
     issuer: str | None = None,
     requester_claim: str = "sub",
@@ -330,6 +373,7 @@ def build_authenticator(
         "--jwt-secret": secret,
         "--jwt-public-key": public_key_file,
         "--jwt-jwks": jwks_file,
+        "--jwt-jwks-url": jwks_url,
     }
     given = [name for name, value in sources.items() if value is not None]
     if AuthMode(mode) is AuthMode.HEADERS:
@@ -344,8 +388,8 @@ def build_authenticator(
         return HeaderAuthenticator()
     if len(given) != 1:
         raise ValueError(
-            "--auth jwt needs exactly one of --jwt-secret, --jwt-public-key, --jwt-jwks"
-            + (f" (got {', '.join(given)})" if given else "")
+            "--auth jwt needs exactly one of --jwt-secret, --jwt-public-key, --jwt-jwks, "
+            "--jwt-jwks-url" + (f" (got {', '.join(given)})" if given else "")
         )
     options: dict[str, Any] = {
         "audience": audience,
@@ -359,6 +403,8 @@ def build_authenticator(
         return JWTAuthenticator.from_secret(secret, **options)
     if public_key_file is not None:
         return JWTAuthenticator.from_public_key_file(public_key_file, **options)
+    if jwks_url is not None:
+        return JWTAuthenticator.from_jwks_url(jwks_url, **options)
     assert jwks_file is not None
     return JWTAuthenticator.from_jwks_file(jwks_file, **options)
 

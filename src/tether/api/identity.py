@@ -45,8 +45,11 @@ async def authenticate(request: Request) -> RequestHeaders:
     """The FastAPI dependency: authenticate before the route's own checks.
 
     Async on purpose: a sync dependency would be sent to the thread pool for
-    what is a header parse or a signature check.
+    what is a header parse or a signature check. What the authenticator must
+    fetch first (a JWKS URL's keys) is awaited here, off the event loop.
     """
+    if not isinstance(request.scope.get(_STATE_KEY), RequestHeaders):
+        await _authenticator(request).prepare(request)
     return request_identity(request)
 
 

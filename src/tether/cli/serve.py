@@ -100,6 +100,13 @@ def serve_command(
             envvar="TETHER_JWT_JWKS", help="JSON Web Key Set file.", exists=True, dir_okay=False
         ),
     ] = None,
+    jwt_jwks_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TETHER_JWT_JWKS_URL",
+            help="The identity provider's JSON Web Key Set URL (cached, refreshed on rotation).",
+        ),
+    ] = None,
     jwt_audience: Annotated[
         str | None, typer.Option(envvar="TETHER_JWT_AUDIENCE", help="Required 'aud' of tokens.")
     ] = None,
@@ -155,6 +162,7 @@ def serve_command(
             secret=jwt_secret,
             public_key_file=jwt_public_key,
             jwks_file=jwt_jwks,
+            jwks_url=jwt_jwks_url,
             audience=jwt_audience,
             issuer=jwt_issuer,
             requester_claim=jwt_requester_claim,

@@ -8,7 +8,15 @@ read (``runtime.conversation_row``):
 - The row names another turn, or none: the turn is queued. It is taken out
   of the queue, fenced at the row's epoch, so a claim that starts it
   meanwhile (a queue kick on any replica) makes the removal fail, and the
-  cancel reads again and cancels it as a running turn.
+  cancel reads again and cancels it as a running turn. A claim fences the
+  stores before its grant, and one that gives up (the turn it was for had
+  left the queue) leaves them fenced above the row: so a refused removal
+  with the turn still queued is not a lost race to report but one to run
+  again. With the conversation free, the cancel takes the row itself for
+  the queued turn (``CANCELLER``, as a cancel of a running turn does), takes
+  it out at that epoch and writes its verdict; a claim in flight then loses
+  its grant, or wins it and the cancel finds the turn running. With another
+  turn's row, whose mover is on its way, it reads again a little later.
 - The row was passed on to the turn (written dead on purpose, and the turn
   still queued): it has not started. Out of the queue first, at the row's epoch, before
   anything can start it; then its verdict. A start that claimed in between
@@ -25,6 +33,7 @@ read (``runtime.conversation_row``):
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import TYPE_CHECKING
 
@@ -40,8 +49,16 @@ if TYPE_CHECKING:
     from tether.handlers.turn import Turn
 
 _TRIES = 4
-"""Reads of the row one cancel makes: more than one only when other hands
-keep moving the row (a start, a takeover) while it cancels."""
+"""Reads of the row one cancel of a running turn makes: more than one only
+when other hands keep moving the row (a start, a takeover) while it cancels."""
+_QUEUED_TRIES = 24
+"""Reads of the row one cancel of a queued turn makes: the queue moves under
+it each time a turn ahead of it starts, ends or is cancelled, which a client
+cancelling a whole queue at once does many times over."""
+_QUEUED_PAUSE = 0.005
+"""Seconds between two reads of the row that another hand is moving (doubled
+each time, up to ``_QUEUED_PAUSE_MAX``): its write lands within moments."""
+_QUEUED_PAUSE_MAX = 0.2
 
 
 async def cancel_turn(
@@ -54,14 +71,24 @@ async def cancel_turn(
     store = handler.stores.supervision
     assert store is not None
     took = False
-    for _ in range(_TRIES):
+    running_tries = queued_tries = 0
+    while running_tries < _TRIES and queued_tries < _QUEUED_TRIES:
         epoch, row = await handler.queue.epoch_and_row(key)
         if row is None or row.message_id != message_id:
             if await handler.queue.take_out(key, message_id, epoch):
                 return
-            if await handler.queue.is_waiting(key, message_id):
-                continue  # the row moved under the removal: read it again
-            raise TurnNotFoundError(f"turn {message_id} is not running or queued")
+            if not await handler.queue.is_waiting(key, message_id):
+                raise TurnNotFoundError(f"turn {message_id} is not running or queued")
+            # Still queued: a claim fenced the stores above the row as read.
+            state = rows.state_of(row, handler.clock(), handler.dead_after, handler.presence.gone)
+            if state is RowState.FREE:
+                if await _cancel_queued(handler, key, rows.Reading(row, epoch), message_id):
+                    return
+            else:
+                await asyncio.sleep(min(_QUEUED_PAUSE * 2**queued_tries, _QUEUED_PAUSE_MAX))
+            queued_tries += 1
+            continue
+        running_tries += 1
         state = rows.state_of(row, handler.clock(), handler.dead_after, handler.presence.gone)
         if state is RowState.FREE:
             if took and row.status is ChatStreamStatus.CANCELLED:
@@ -103,6 +130,40 @@ async def _cancel_passed_on(
     # a turn whose question was never recorded ``cancelled``). Either way the
     # turn is out of the queue and can never start: the cancel holds.
     await rows.write(store, key, row.epoch, ended)
+    return True
+
+
+async def _cancel_queued(
+    handler: ChatHandler, key: ConversationKey, reading: rows.Reading, message_id: str
+) -> bool:
+    """Cancel queued turn ``message_id`` of a free conversation whose stores a
+    claim fenced above the row: take the row for it at the next epoch, so no
+    start of it can be granted, take it out of the queue there, and end it
+    ``cancelled``. Whether it is cancelled (False: another hand took the row
+    first: read again)."""
+    store = handler.stores.supervision
+    assert store is not None
+    try:
+        lease = await take(
+            store,
+            key,
+            reading,
+            message_id,
+            handler.clock,
+            functools.partial(raise_fences, handler.stores, key),
+            lambda: CANCELLER,
+        )
+    except ClaimRefusedError:
+        return False
+    # Refused only if a newer epoch holds the conversation, which a row taken
+    # by this cancel rules out but for an erase: read again, and it is gone.
+    if not await handler.queue.remove(key, message_id, lease.epoch):
+        return False
+    try:
+        await lease.finish(ChatStreamStatus.CANCELLED)
+    except FencedError:
+        return False
+    handler.forget_later(key, message_id, lease.row_epoch)
     return True
 
 

@@ -52,6 +52,7 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
+from tether.handlers.limits import TurnLimits
 from tether.handlers.queue import TurnQueue, Waiting
 from tether.handlers.takeover import PRODUCER_LOST, AutomaticTakeover
 from tether.handlers.turn import Turn
@@ -168,6 +169,11 @@ class ChatHandler:
             else None
         )
         self.queue = TurnQueue(self)
+        self.limits = TurnLimits(
+            per_requester=settings.max_turns_per_requester,
+            per_tenant=settings.max_turns_per_tenant,
+            retry_after=settings.limit_retry_after,
+        )
         self.presence = ReplicaPresence(
             _presence_lock(stores.supervision) if settings.presence else None
         )
@@ -200,7 +206,33 @@ class ChatHandler:
         """Claim and start a turn: a new one, the resume of a dead one
         (``resume_message_id``; ``automatic`` when this replica's takeover
         loop resumes it with no client), or the queued turn ``dequeue``
-        (``handlers.queue``: its id is the one its client was given)."""
+        (``handlers.queue``: its id is the one its client was given). A new
+        one over the requester's or the tenant's limit is refused first
+        (``handlers.limits``); every turn counts until its task ends."""
+        slot = self.limits.take(
+            request.tenant,
+            normalize_owner(request.request_headers.requester_uuid),
+            enforce=resume_message_id is None and dequeue is None,
+        )
+        try:
+            turn = await self._start_turn(
+                request, resume_message_id=resume_message_id, automatic=automatic, dequeue=dequeue
+            )
+        except BaseException:
+            slot.release()
+            raise
+        assert turn.task is not None
+        turn.task.add_done_callback(lambda _: slot.release())
+        return turn
+
+    async def _start_turn(
+        self,
+        request: ChatRequest,
+        *,
+        resume_message_id: str | None,
+        automatic: bool,
+        dequeue: str | None,
+    ) -> Turn:
         resuming = resume_message_id is not None
         setup = await self.check_request(request, resuming=resuming)
         message_id = resume_message_id or dequeue or uuid.uuid4().hex

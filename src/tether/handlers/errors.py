@@ -22,6 +22,10 @@ class TurnRequestError(Exception):
     def body(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "detail": self.message, **self.extra}
 
+    def headers(self) -> dict[str, str]:
+        """Headers the refusal carries besides its body."""
+        return {}
+
 
 class UnknownAgentError(TurnRequestError):
     status_code = 404
@@ -91,3 +95,37 @@ class NotImplementedByStoreError(TurnRequestError):
 class DrainingError(TurnRequestError):
     status_code = 503
     code = "DRAINING"
+
+
+class _LimitError(TurnRequestError):
+    """429: a fair limit (``handlers.limits``) refuses the request for now;
+    ``Retry-After`` says when to try again."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "detail": self.message,
+            "retry_after": self.retry_after,
+        }
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class TooManyTurnsError(_LimitError):
+    """The requester, or its tenant, runs as many turns as it may at once."""
+
+    code = "TOO_MANY_TURNS"
+
+
+class QueueFullError(_LimitError):
+    """The conversation's queue holds as many messages as it may."""
+
+    code = "QUEUE_FULL"

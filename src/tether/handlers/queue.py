@@ -51,11 +51,13 @@ from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import ChatMessage, QueuedTurn
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.handlers.cancel import cancel_turn
 from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
     DrainingError,
     NotImplementedByStoreError,
+    QueueFullError,
     TurnEndedError,
     TurnRequestError,
     UnknownAgentError,
@@ -180,12 +182,28 @@ class TurnQueue:
         await handler.check_request(request)
         key = handler.conversation_key(request)
         await handler.check_writer(key)
-        if not await self.waiting(key):
+        waiting = await self.waiting(key)
+        if not waiting:
             with contextlib.suppress(ConversationBusyError):
                 return await handler.start_turn(request)
+        limit = handler.settings.max_queued_turns
+        if 0 < limit <= len(waiting):
+            raise self._full(limit)
         ticket = await self._append(key, request)
+        if 0 < limit < ticket.position:
+            # Enqueued together with others past the last place (each read
+            # the queue before any appended): the ones placed beyond it leave.
+            await cancel_turn(handler, key, ticket.message_id, None)
+            raise self._full(limit)
         await self.kick(key)  # the turn before may have ended meanwhile
         return ticket
+
+    def _full(self, limit: int) -> QueueFullError:
+        return QueueFullError(
+            f"{limit} messages already wait in this conversation, the most allowed; "
+            "wait for the turns ahead to run, or cancel one",
+            retry_after=self._handler.settings.limit_retry_after,
+        )
 
     async def _append(self, key: ConversationKey, request: ChatRequest) -> Ticket:
         message_id = uuid.uuid4().hex

@@ -52,6 +52,10 @@ SETTINGS = TetherSettings(
     finished_turn_grace=2.0,
     drain_grace=0.0,
     max_turn_events=1_000,
+    # The reference model knows no fair limits: none refuses an operation.
+    max_turns_per_requester=0,
+    max_turns_per_tenant=0,
+    max_queued_turns=0,
 )
 """The timing contract's values, but a short grace: finished turns are
 cleaned up within a history, which is a race of its own."""

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
+from tether.domain.tombstones import TombstoneKey
 
 _Key = tuple[str, str, str]
 
@@ -16,13 +17,15 @@ class InMemoryChatAgentStateStore(ChatAgentStateStore):
     Blobs are kept as JSON text, so ``load`` always returns a fresh copy, and a
     state the file store could not persist fails here too, at ``save``. The
     fence of each conversation is kept apart from its blob, so ``delete``
-    leaves it in place.
+    leaves it in place, under the conversation's tombstone
+    (``domain.tombstones``), not its ids.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, tombstone_key: TombstoneKey | None = None) -> None:
         self._lock = asyncio.Lock()
         self._states: dict[_Key, str] = {}
-        self._fences: dict[_Key, int] = {}
+        self._tombstones = tombstone_key or TombstoneKey.from_env()
+        self._fences: dict[str, int] = {}
 
     async def load(self, tenant: str, user_uuid: str | None, session_id: str) -> DependencyState:
         """The saved state (a copy), or ``{}`` when nothing is saved."""
@@ -52,18 +55,19 @@ class InMemoryChatAgentStateStore(ChatAgentStateStore):
         """Replace the state unless the fence is above ``epoch``, under the lock."""
         text = _dumps(state)
         key = _key(tenant, user_uuid, session_id)
+        tombstone = self._tombstones.of(tenant, user_uuid, session_id)
         async with self._lock:
-            if self._fences.get(key, 0) > epoch:
+            if self._fences.get(tombstone, 0) > epoch:
                 return False
-            self._fences[key] = epoch
+            self._fences[tombstone] = epoch
             self._states[key] = text
             return True
 
     async def fence(self, tenant: str, user_uuid: str | None, session_id: str, epoch: int) -> None:
         """Refuse later fenced saves below ``epoch``."""
-        key = _key(tenant, user_uuid, session_id)
+        tombstone = self._tombstones.of(tenant, user_uuid, session_id)
         async with self._lock:
-            self._fences[key] = max(self._fences.get(key, 0), epoch)
+            self._fences[tombstone] = max(self._fences.get(tombstone, 0), epoch)
 
     async def delete(self, tenant: str, user_uuid: str | None, session_id: str) -> None:
         """Remove the saved state; a no-op when nothing exists."""

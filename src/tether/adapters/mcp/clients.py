@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tether.adapters.mcp.records import OTHER_CLIENTS_FIELD
+from tether.adapters.mcp.records import OTHER_CLIENTS_FIELD, REGISTRATIONS_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,9 @@ def kept_clients(client_info: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Every client of a record's ``client_info``, the top-level one first."""
     if not client_info:
         return []
-    top = {k: v for k, v in client_info.items() if k != OTHER_CLIENTS_FIELD}
+    top = {
+        k: v for k, v in client_info.items() if k not in (OTHER_CLIENTS_FIELD, REGISTRATIONS_FIELD)
+    }
     found = [top] if top.get("client_id") else []
     others = client_info.get(OTHER_CLIENTS_FIELD)
     if isinstance(others, list):
@@ -40,14 +42,47 @@ def kept_clients(client_info: dict[str, Any] | None) -> list[dict[str, Any]]:
     return found
 
 
-def packed(clients: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """``client_info`` holding ``clients``: the first at the top level, the rest beside it."""
-    if not clients:
-        return {}
-    info = dict(clients[0])
+def packed(
+    clients: Sequence[dict[str, Any]], registrations: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """``client_info`` holding ``clients`` (the first at the top level, the rest
+    beside it) and the ``registrations`` under way."""
+    info = dict(clients[0]) if clients else {}
     if len(clients) > 1:
         info[OTHER_CLIENTS_FIELD] = [dict(client) for client in clients[1:]]
+    if registrations:
+        info[REGISTRATIONS_FIELD] = [dict(lease) for lease in registrations]
     return info
+
+
+def registrations_under_way(
+    client_info: dict[str, Any] | None, now: datetime
+) -> list[dict[str, Any]]:
+    """The registration leases of a record's ``client_info`` that have not lapsed."""
+    leases = (client_info or {}).get(REGISTRATIONS_FIELD)
+    if not isinstance(leases, list):
+        return []
+    return [
+        dict(lease)
+        for lease in leases
+        if isinstance(lease, dict)
+        and isinstance(lease.get("expires_at"), int | float)
+        and lease["expires_at"] > now.timestamp()
+    ]
+
+
+def registration_for(
+    leases: Sequence[dict[str, Any]], issuer: str, redirect_uri: str
+) -> dict[str, Any] | None:
+    """The lease of the registration at ``issuer`` for ``redirect_uri``, if one is under way."""
+    return next(
+        (
+            lease
+            for lease in leases
+            if lease.get("issuer") == issuer and lease.get("redirect_uri") == redirect_uri
+        ),
+        None,
+    )
 
 
 def find_client(clients: Sequence[dict[str, Any]], client_id: str) -> dict[str, Any] | None:

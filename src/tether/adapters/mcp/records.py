@@ -19,6 +19,13 @@ SECRET_CLIENT_INFO_FIELDS = ("client_secret", "registration_access_token")
 """Members of ``MCPOAuthClientInfoRecord.client_info`` that are credentials (at its top
 level and in each entry of ``OTHER_CLIENTS_FIELD``)."""
 
+REGISTRATIONS_FIELD = "tether_registrations"
+"""The member of ``client_info`` listing registrations under way: each
+``{"issuer", "redirect_uri", "holder", "expires_at"}`` (a Unix time), the lease
+of the one replica registering a client for that callback URL, so that replicas
+starting at once register one client between them (``MCPOAuthIntegrationStore.
+registered_client``). No secret: it names a replica and a URL."""
+
 OTHER_CLIENTS_FIELD = "other_clients"
 """The member of ``client_info`` listing the other clients kept for the same server: each
 an RFC 7591 client information object of its own (``client_id``, ``client_secret``,

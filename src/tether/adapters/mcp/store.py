@@ -14,9 +14,12 @@ The repository stores rows; this class decides what they mean:
 - "about to expire" is the refresh margin, capped at half the token's lifetime,
   so short-lived tokens are not refreshed before every request;
 - tokens are refreshed as the client they were issued to: clients are kept per
-  callback URL and never replaced by another registration, and of replicas
-  registering at once only one registration is kept (compare-and-swap on the
-  client info), which all of them then use.
+  callback URL and never replaced by another registration;
+- a client is registered once per callback URL, across replicas: the first
+  replica to need one takes a registration lease in the client info record
+  (compare-and-swap), registers, and writes the client in place of its lease;
+  the others wait for it and use that client. A lease whose holder died lapses
+  (``refresh_lease`` seconds), and the next replica registers instead.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from tether.adapters.mcp.clients import (
     find_client,
     kept_clients,
     packed,
+    registration_for,
+    registrations_under_way,
     usable_registration,
     with_client,
 )
@@ -229,34 +234,94 @@ class MCPOAuthIntegrationStore:
         """The client registered dynamically at ``issuer`` for ``redirect_uri``: the one
         kept, else a new one from ``register()`` (RFC 7591 client information).
 
-        A new registration is added beside the clients already kept, never over
-        them, by compare-and-swap: when another replica's registration for the same
-        callback lands first, that one is returned and this one is not kept.
+        Single flight across replicas: ``register()`` runs only under this
+        replica's registration lease for the callback URL, taken by
+        compare-and-swap on the client info; a replica that finds another's
+        lease waits (up to ``refresh_wait`` seconds) for the client it writes.
+        A new client is added beside the clients already kept, never over them.
+        Raises ``StoreUnavailableError`` when the wait runs out.
         """
-        registered: dict[str, Any] | None = None
-        for _ in range(_CLIENT_WRITE_ATTEMPTS):
+        deadline = self.clock() + timedelta(seconds=self.settings.refresh_wait)
+        holder = _holder()
+        lost = 0  # compare-and-swaps lost to other writers (a wait is not one)
+        while lost < _CLIENT_WRITE_ATTEMPTS:
             current = await self.repository.get_client_info(tenant, server_name)
-            clients = kept_clients(current.client_info if current else None)
+            info = current.client_info if current else None
+            clients = kept_clients(info)
             now = self.clock()
             found = next(
                 (c for c in clients if usable_registration(c, issuer, redirect_uri, now)), None
             )
             if found is not None:
-                if registered is not None and found.get("client_id") != registered["client_id"]:
-                    logger.info(
-                        "MCP OAuth: another replica registered a client for %r first; using it",
-                        server_name,
-                    )
                 return found
-            if registered is None:
-                registered = await register()
-            updated = self._client_record(
-                tenant, server_name, with_client(clients, registered, now, first=False)
-            )
-            if await self.repository.compare_and_swap_client_info(updated, current):
-                return registered
+            leases = registrations_under_way(info, now)
+            if registration_for(leases, issuer, redirect_uri) is not None:
+                # Another replica registers this very client now: wait for it.
+                if now >= deadline:
+                    raise StoreUnavailableError(
+                        f"another replica's client registration at {issuer} did not finish "
+                        "in time; try again"
+                    )
+                await self._sleep(_POLL)
+                continue
+            lease = {
+                "issuer": issuer,
+                "redirect_uri": redirect_uri,
+                "holder": holder,
+                "expires_at": (now + timedelta(seconds=self.settings.refresh_lease)).timestamp(),
+            }
+            leased = self._client_record(tenant, server_name, clients, [*leases, lease])
+            if await self.repository.compare_and_swap_client_info(leased, current):
+                return await self._register_under_lease(leased, lease, register)
+            lost += 1
         raise StoreUnavailableError(
             f"the OAuth client info of {server_name!r} kept changing; try again"
+        )
+
+    async def _register_under_lease(
+        self, leased: MCPOAuthClientInfoRecord, lease: dict[str, Any], register: Register
+    ) -> dict[str, Any]:
+        """Register while holding ``lease``, then keep the client in its place
+        (or, when registering fails, just let the lease go)."""
+        registered: dict[str, Any] | None = None
+        try:
+            registered = await register()
+        finally:
+            # Written even when registering failed or was cancelled: nobody
+            # should wait for a registration that is not coming.
+            await asyncio.shield(self._end_lease(leased, lease, registered))
+        return registered
+
+    async def _end_lease(
+        self,
+        leased: MCPOAuthClientInfoRecord,
+        lease: dict[str, Any],
+        registered: dict[str, Any] | None,
+    ) -> None:
+        tenant, server_name = leased.tenant, leased.server_name
+        current: MCPOAuthClientInfoRecord | None = leased
+        for _ in range(_CLIENT_WRITE_ATTEMPTS):
+            if current is None:
+                current = await self.repository.get_client_info(tenant, server_name)
+            info = current.client_info if current else None
+            now = self.clock()
+            clients = kept_clients(info)
+            if registered is not None:
+                clients = with_client(clients, registered, now, first=False)
+            others = [
+                other
+                for other in registrations_under_way(info, now)
+                if other.get("holder") != lease["holder"]
+                or other.get("redirect_uri") != lease["redirect_uri"]
+            ]
+            updated = self._client_record(tenant, server_name, clients, others)
+            if await self.repository.compare_and_swap_client_info(updated, current):
+                return
+            current = None  # changed meanwhile (another URL's lease): read it again
+        logger.warning(
+            "MCP OAuth: could not keep the client registered for %r; it is registered "
+            "again when next needed",
+            server_name,
         )
 
     async def remember_client(self, tenant: str, server_name: str, info: dict[str, Any]) -> None:
@@ -274,7 +339,10 @@ class MCPOAuthIntegrationStore:
             if clients and clients[0] == wanted:
                 return
             updated = self._client_record(
-                tenant, server_name, with_client(clients, wanted, self.clock(), first=True)
+                tenant,
+                server_name,
+                with_client(clients, wanted, self.clock(), first=True),
+                registrations_under_way(current.client_info if current else None, self.clock()),
             )
             if await self.repository.compare_and_swap_client_info(updated, current):
                 return
@@ -284,12 +352,15 @@ class MCPOAuthIntegrationStore:
 
     @staticmethod
     def _client_record(
-        tenant: str, server_name: str, clients: list[dict[str, Any]]
+        tenant: str,
+        server_name: str,
+        clients: list[dict[str, Any]],
+        registrations: list[dict[str, Any]],
     ) -> MCPOAuthClientInfoRecord:
         return MCPOAuthClientInfoRecord(
             tenant=tenant,
             server_name=server_name,
-            client_info=packed(clients),
+            client_info=packed(clients, registrations),
             revision=secrets.token_hex(12),
         )
 

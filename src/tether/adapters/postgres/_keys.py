@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
+
+from tether.domain.tombstones import TombstoneKey
 
 
 def row_key(*ids: str) -> bytes:
@@ -43,15 +46,25 @@ def check_ids(*ids: str) -> None:
             raise ValueError(f"id is not valid Unicode text: {value[:80]!r}") from error
 
 
+@functools.cache
+def tombstones() -> TombstoneKey:
+    """The key conversations' rows are keyed with: ``TETHER_TOMBSTONE_KEY`` as
+    this process read it first (``tether.domain.tombstones``)."""
+    return TombstoneKey.from_env()
+
+
 def session_key(tenant: str, requester_uuid: str | None, session_id: str) -> bytes:
-    """The key of a conversation's checkpoint, supervision row and recording.
+    """The key of a conversation's checkpoint, supervision row and recording,
+    and of the numbers kept for it for ever (its highest epoch, its fences):
+    its tombstone, a keyed hash of the ids (32 bytes), so that those numbers
+    name nothing once the conversation is erased.
 
     The supervision row and the recording of one conversation share it, so one
     NOTIFY payload (the key in hex) announces either kind of write. A missing
     requester is ``""``. Checks the ids first (see :func:`check_ids`).
     """
     check_ids(tenant, requester_uuid or "", session_id)
-    return row_key(tenant, requester_uuid or "", session_id)
+    return bytes.fromhex(tombstones().of(tenant, requester_uuid, session_id))
 
 
 class _ConversationItem(Protocol):

@@ -20,6 +20,7 @@ from tether.adapters.postgres._conninfo import redact, split_store_url, with_lib
 from tether.adapters.postgres._notifications import ChangeListener
 from tether.domain.chat_stream_recording_store import ChangeSubscription
 from tether.domain.store_errors import StoreError, StoreUnavailableError
+from tether.domain.tombstones import TombstoneKeyError
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +205,10 @@ class PostgresDatabase:
         upgrade`` uses it that way). Safe to run from many processes at once.
         """
         async with self._schema_connection() as connection:
-            applied = await migrations.upgrade(connection)
+            try:
+                applied = await migrations.upgrade(connection)
+            except TombstoneKeyError as error:
+                raise StoreError(f"PostgreSQL at {self.display_url}: {error}") from error
         if applied:
             logger.info("schema of %s upgraded to version %s", self.display_url, applied[-1])
         return applied
@@ -361,6 +365,11 @@ class PostgresDatabase:
                 f"needs {migrations.LATEST_VERSION}: run `tether db upgrade --store URL` "
                 "(or open with create_schema=true)"
             )
+        async with self._schema_connection() as connection:
+            try:
+                await migrations.check_tombstone_key(connection)
+            except TombstoneKeyError as error:
+                raise StoreError(f"PostgreSQL at {self.display_url}: {error}") from error
         if version > migrations.LATEST_VERSION:
             logger.warning(
                 "schema of %s is at version %d, newer than this tether's %d; carrying on",

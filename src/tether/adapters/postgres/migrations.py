@@ -13,20 +13,25 @@ tables, drop them a release later), because during a rolling deploy replicas of
 the previous version keep running on the upgraded schema.
 
 Keys: every table is keyed by ``key``, the SHA-256 of the row's length-prefixed
-ids (see ``_keys.row_key``); the ids are kept beside it as text for operators
-and for listing. A digest indexes ids of any length in 32 bytes, where a text
-key longer than about 2.7 kB would be refused by a B-tree.
+ids (see ``_keys.row_key``), or for a conversation's stream rows and the
+numbers kept for it for ever, its tombstone (``_keys.session_key``: a keyed
+hash, since version 6); the ids are kept beside it as text for operators and
+for listing, but not in those numbers, which outlive an erase. A digest
+indexes ids of any length in 32 bytes, where a text key longer than about
+2.7 kB would be refused by a B-tree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection
-from psycopg.rows import dict_row
+from psycopg import AsyncConnection, AsyncCursor
+from psycopg.rows import DictRow, dict_row
 
 from tether.adapters.postgres import queries
+from tether.adapters.postgres._keys import session_key, tombstones
 
 SCHEMA_LOCK_KEY = 8387237872774807553
 """The advisory lock upgrades hold: ``int.from_bytes(b"tether\\x00\\x01")``."""
@@ -34,11 +39,41 @@ SCHEMA_LOCK_KEY = 8387237872774807553
 
 @dataclass(frozen=True)
 class Migration:
-    """One step of the schema: ``statements`` run in order, in one transaction."""
+    """One step of the schema: ``before`` (a step no SQL alone can do), then
+    ``statements`` in order, in one transaction."""
 
     version: int
     description: str
     statements: tuple[str, ...]
+    before: Callable[[AsyncCursor[DictRow]], Awaitable[None]] | None = None
+
+
+_KEYED_BY_CONVERSATION = (
+    ("tether_agent_state", "user_uuid"),
+    ("tether_stream_supervision", "requester_uuid"),
+    ("tether_stream_recording", "requester_uuid"),
+    ("tether_agent_state_fence", "user_uuid"),
+    ("tether_stream_supervision_epoch", "requester_uuid"),
+    ("tether_stream_recording_fence", "requester_uuid"),
+)
+"""The tables keyed by a conversation's ``session_key``, and their requester column."""
+
+
+async def _rekey_by_tombstone(cursor: AsyncCursor[DictRow]) -> None:
+    """Key every row of a conversation by its tombstone (``_keys.session_key``:
+    a keyed hash), in place of the SHA-256 of its ids, while the fence tables
+    still have the ids to compute it from. The table names are constants."""
+    for table, requester in _KEYED_BY_CONVERSATION:
+        await cursor.execute(
+            f"SELECT key, tenant, {requester} AS requester, session_id FROM {table}"
+        )
+        rows = await cursor.fetchall()
+        for row in rows:
+            new = session_key(row["tenant"], row["requester"], row["session_id"])
+            await cursor.execute(
+                f"UPDATE {table} SET key = %(new)s WHERE key = %(old)s",
+                {"new": new, "old": row["key"]},
+            )
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -233,6 +268,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE tether_stream_supervision ADD COLUMN producer text",
         ),
     ),
+    Migration(
+        version=6,
+        description="epochs and fences kept under tombstones",
+        # Not backwards compatible, unlike the others: the rows' keys change
+        # (``before``), so replicas of the previous release, which compute the
+        # old keys, must be stopped before it runs. It makes an erase leave no
+        # id behind: the numbers kept for ever per conversation hold only the
+        # tombstone (a keyed hash, ``TETHER_TOMBSTONE_KEY``) and the number.
+        before=_rekey_by_tombstone,
+        statements=(
+            *(
+                f"ALTER TABLE {table} DROP COLUMN tenant, DROP COLUMN {requester}, "
+                "DROP COLUMN session_id"
+                for table, requester in _KEYED_BY_CONVERSATION[3:]
+            ),
+            # The check value of the key (``TombstoneKey.check``), recorded once:
+            # a replica with another key is refused at start-up.
+            "CREATE TABLE tether_tombstone_key (check_value text NOT NULL)",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
@@ -254,6 +309,8 @@ async def upgrade(connection: AsyncConnection[Any]) -> list[int]:
         for migration in MIGRATIONS:
             if migration.version <= current:
                 continue
+            if migration.before is not None:
+                await migration.before(cursor)
             for statement in migration.statements:
                 await cursor.execute(statement)
             await cursor.execute(
@@ -261,7 +318,27 @@ async def upgrade(connection: AsyncConnection[Any]) -> list[int]:
                 {"version": migration.version, "description": migration.description},
             )
             applied.append(migration.version)
+        await _check_tombstone_key(cursor)
     return applied
+
+
+async def check_tombstone_key(connection: AsyncConnection[Any]) -> None:
+    """Record the tombstone key's check value on first use; raise
+    ``TombstoneKeyError`` when the database was keyed with another key."""
+    async with connection.transaction(), connection.cursor(row_factory=dict_row) as cursor:
+        await _check_tombstone_key(cursor)
+
+
+async def _check_tombstone_key(cursor: AsyncCursor[DictRow]) -> None:
+    await cursor.execute(queries.TOMBSTONE_KEY_TABLE_EXISTS)
+    present = await cursor.fetchone()
+    if present is None or not present["present"]:
+        return  # a schema before version 6 keys nothing by tombstone
+    await cursor.execute(queries.READ_TOMBSTONE_KEY)
+    row = await cursor.fetchone()
+    tombstones().verify(None if row is None else str(row["check_value"]), "this PostgreSQL store")
+    if row is None:
+        await cursor.execute(queries.RECORD_TOMBSTONE_KEY, {"check_value": tombstones().check})
 
 
 async def schema_version(connection: AsyncConnection[Any]) -> int:

@@ -65,6 +65,15 @@ LISTEN: Final = "LISTEN tether_stream_changes"
 
 LOCK_SCHEMA: Final = "SELECT pg_advisory_xact_lock(%(lock_key)s)"
 
+TOMBSTONE_KEY_TABLE_EXISTS: Final = (
+    "SELECT to_regclass('tether_tombstone_key') IS NOT NULL AS present"
+)
+READ_TOMBSTONE_KEY: Final = "SELECT check_value FROM tether_tombstone_key LIMIT 1"
+RECORD_TOMBSTONE_KEY: Final = (
+    "INSERT INTO tether_tombstone_key (check_value) VALUES (%(check_value)s)"
+)
+"""The check value of the key tombstones are made with (``TombstoneKey.check``)."""
+
 CREATE_SCHEMA_VERSION_TABLE: Final = """
 CREATE TABLE IF NOT EXISTS tether_schema_version (
     version integer PRIMARY KEY,
@@ -98,15 +107,15 @@ ON CONFLICT (key) DO UPDATE SET state = excluded.state, updated_at = now()
 
 SAVE_STATE_FENCED: Final = """
 WITH fenced AS (
-    INSERT INTO tether_agent_state_fence AS fence (key, tenant, user_uuid, session_id, epoch)
-    VALUES (%(key)s, %(tenant)s, %(user_uuid)s, %(session_id)s, %(epoch)s)
+    INSERT INTO tether_agent_state_fence AS fence (key, epoch)
+    VALUES (%(key)s, %(epoch)s)
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE fence.epoch <= excluded.epoch
-    RETURNING key, tenant, user_uuid, session_id
+    RETURNING key
 ),
 saved AS (
     INSERT INTO tether_agent_state (key, tenant, user_uuid, session_id, state)
-    SELECT key, tenant, user_uuid, session_id, %(state)s::jsonb FROM fenced
+    SELECT key, %(tenant)s, %(user_uuid)s, %(session_id)s, %(state)s::jsonb FROM fenced
     ON CONFLICT (key) DO UPDATE SET state = excluded.state, updated_at = now()
     RETURNING key
 )
@@ -116,8 +125,8 @@ SELECT count(*) AS saved FROM saved
 higher; ``saved = 0`` means fenced (and nothing changed)."""
 
 FENCE_STATE: Final = """
-INSERT INTO tether_agent_state_fence AS fence (key, tenant, user_uuid, session_id, epoch)
-VALUES (%(key)s, %(tenant)s, %(user_uuid)s, %(session_id)s, %(epoch)s)
+INSERT INTO tether_agent_state_fence AS fence (key, epoch)
+VALUES (%(key)s, %(epoch)s)
 ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
 WHERE fence.epoch < excluded.epoch
 """
@@ -180,9 +189,8 @@ WITH written AS (
               pg_notify('tether_stream_changes', encode(key, 'hex') || ':s')
 ),
 raised AS (
-    INSERT INTO tether_stream_supervision_epoch AS granted
-        (key, tenant, requester_uuid, session_id, epoch)
-    SELECT key, tenant, requester_uuid, session_id, epoch FROM written
+    INSERT INTO tether_stream_supervision_epoch AS granted (key, epoch)
+    SELECT key, epoch FROM written
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE granted.epoch < excluded.epoch
     RETURNING key
@@ -208,9 +216,8 @@ WITH written AS (
                   THEN pg_notify('tether_stream_changes', encode(key, 'hex') || ':s') END
 ),
 raised AS (
-    INSERT INTO tether_stream_supervision_epoch AS granted
-        (key, tenant, requester_uuid, session_id, epoch)
-    SELECT key, tenant, requester_uuid, session_id, epoch FROM written
+    INSERT INTO tether_stream_supervision_epoch AS granted (key, epoch)
+    SELECT key, epoch FROM written
     WHERE epoch > %(expected_epoch)s
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE granted.epoch < excluded.epoch
@@ -264,11 +271,10 @@ swapped AS (
                   THEN pg_notify('tether_stream_changes', encode(stored.key, 'hex') || ':s') END
 ),
 raised AS (
-    INSERT INTO tether_stream_supervision_epoch AS granted
-        (key, tenant, requester_uuid, session_id, epoch)
-    SELECT key, tenant, requester_uuid, session_id, epoch FROM claimed
+    INSERT INTO tether_stream_supervision_epoch AS granted (key, epoch)
+    SELECT key, epoch FROM claimed
     UNION ALL
-    SELECT key, tenant, requester_uuid, session_id, epoch FROM swapped
+    SELECT key, epoch FROM swapped
     WHERE epoch > expected_epoch
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE granted.epoch < excluded.epoch
@@ -304,9 +310,8 @@ WITH deleted AS (
               pg_notify('tether_stream_changes', encode(key, 'hex') || ':s')
 ),
 kept AS (
-    INSERT INTO tether_stream_supervision_epoch AS granted
-        (key, tenant, requester_uuid, session_id, epoch)
-    SELECT key, tenant, requester_uuid, session_id, epoch FROM deleted
+    INSERT INTO tether_stream_supervision_epoch AS granted (key, epoch)
+    SELECT key, epoch FROM deleted
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE granted.epoch < excluded.epoch
 )
@@ -328,17 +333,16 @@ WITH previous AS (
     SELECT epoch FROM tether_stream_recording WHERE key = %(key)s
 ),
 fenced AS (
-    INSERT INTO tether_stream_recording_fence AS fence
-        (key, tenant, requester_uuid, session_id, epoch)
-    VALUES (%(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s, %(epoch)s)
+    INSERT INTO tether_stream_recording_fence AS fence (key, epoch)
+    VALUES (%(key)s, %(epoch)s)
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE fence.epoch <= excluded.epoch
-    RETURNING key, tenant, requester_uuid, session_id, epoch
+    RETURNING key, epoch
 ),
 written AS (
     INSERT INTO tether_stream_recording AS stored
         (key, tenant, requester_uuid, session_id, epoch, stream_index, message_id, message)
-    SELECT key, tenant, requester_uuid, session_id, epoch,
+    SELECT key, %(tenant)s, %(requester_uuid)s, %(session_id)s, epoch,
            %(stream_index)s, %(message_id)s, %(message)s::jsonb
     FROM fenced
     ON CONFLICT (key) DO UPDATE
@@ -380,9 +384,8 @@ relaxed AS (
     ) AS at_stored_epochs
 ),
 fenced AS (
-    INSERT INTO tether_stream_recording_fence AS fence
-        (key, tenant, requester_uuid, session_id, epoch)
-    SELECT key, tenant, requester_uuid, session_id, epoch FROM put
+    INSERT INTO tether_stream_recording_fence AS fence (key, epoch)
+    SELECT key, epoch FROM put
     ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
     WHERE fence.epoch <= excluded.epoch
     RETURNING key
@@ -421,9 +424,8 @@ SELECT count(*) AS deleted FROM deleted
 """The record only: its fence stays in ``tether_stream_recording_fence``."""
 
 FENCE_RECORDING: Final = """
-INSERT INTO tether_stream_recording_fence AS fence
-    (key, tenant, requester_uuid, session_id, epoch)
-VALUES (%(key)s, %(tenant)s, %(requester_uuid)s, %(session_id)s, %(epoch)s)
+INSERT INTO tether_stream_recording_fence AS fence (key, epoch)
+VALUES (%(key)s, %(epoch)s)
 ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch
 WHERE fence.epoch < excluded.epoch
 """

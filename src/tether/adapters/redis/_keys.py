@@ -11,14 +11,17 @@ in ``redis-cli``. The rows of one conversation are then::
     {prefix}stream-recording:{conversation}     hash: epoch, message_id, event
 
 each beside a decimal string that the scripts raise in the same step as every
-accepted write and that never expires, so it outlives its row's delete and TTL::
+accepted write and that never expires, so it outlives its row's delete and TTL,
+named by the conversation's tombstone (``tether.domain.tombstones``: a keyed
+hash, 64 hex digits), so that an erased conversation leaves no id behind::
 
-    {prefix}agent-state-fence:{conversation}    the checkpoint's fence
-    {prefix}supervision-epoch:{conversation}    the highest supervision epoch ever written
-    {prefix}recording-fence:{conversation}      the recording's fence
+    {prefix}agent-state-fence:{tombstone}       the checkpoint's fence
+    {prefix}supervision-epoch:{tombstone}       the highest supervision epoch ever written
+    {prefix}recording-fence:{tombstone}         the recording's fence
 
-(one short key per conversation ever streamed, kept forever: epochs only grow),
-and, with its supervision row's TTL, one key per turn for ``find_by_message_id``::
+(one short key per conversation ever streamed, kept forever: epochs only grow;
+``{prefix}tombstone-key`` holds the key's check value), and, with its
+supervision row's TTL, one key per turn for ``find_by_message_id``::
 
     {prefix}supervision-message:{tenant}:{requester}:{message_id}   the session id
 
@@ -40,11 +43,19 @@ newline and the kind of change (``r`` or ``s``) on the one channel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import quote, unquote
+
+from tether.domain.tombstones import TombstoneKey
 
 DEFAULT_PREFIX = "tether:"
 
+
+AGENT_STATE_FENCE = "agent-state-fence:"
+SUPERVISION_EPOCH = "supervision-epoch:"
+RECORDING_FENCE = "recording-fence:"
+TOMBSTONE_KINDS = (AGENT_STATE_FENCE, SUPERVISION_EPOCH, RECORDING_FENCE)
+"""What a key of each number kept for ever starts with, after the prefix."""
 
 DEAD_TURNS = "dead turns"
 """The change channel's pseudo-conversation of ``announce_dead_turns``: it has
@@ -70,6 +81,7 @@ class KeyLayout:
     """The keys and the change channel under one prefix (used verbatim)."""
 
     prefix: str = DEFAULT_PREFIX
+    tombstones: TombstoneKey = field(default_factory=TombstoneKey.from_env)
 
     @property
     def channel(self) -> str:
@@ -113,14 +125,23 @@ class KeyLayout:
         parts = (tenant, requester_uuid or "", message_id)
         return f"{self.prefix}supervision-message:" + ":".join(encode_part(p) for p in parts)
 
+    def tombstone(self, conversation: str) -> str:
+        """The tombstone of ``conversation`` (an escaped conversation id)."""
+        return self.tombstones.of(*self.conversation_ids(conversation))
+
     def agent_state_fence(self, conversation: str) -> str:
         """No TTL: ``delete`` and ``state_ttl`` remove the checkpoint, never its fence."""
-        return f"{self.prefix}agent-state-fence:{conversation}"
+        return f"{self.prefix}{AGENT_STATE_FENCE}{self.tombstone(conversation)}"
 
     def supervision_epoch(self, conversation: str) -> str:
         """No TTL: the row's delete or expiry never loses its epoch."""
-        return f"{self.prefix}supervision-epoch:{conversation}"
+        return f"{self.prefix}{SUPERVISION_EPOCH}{self.tombstone(conversation)}"
 
     def recording_fence(self, conversation: str) -> str:
         """No TTL: the record's delete or expiry never lowers its fence."""
-        return f"{self.prefix}recording-fence:{conversation}"
+        return f"{self.prefix}{RECORDING_FENCE}{self.tombstone(conversation)}"
+
+    @property
+    def tombstone_key(self) -> str:
+        """The check value of the key tombstones are made with (``TombstoneKey.check``)."""
+        return f"{self.prefix}tombstone-key"

@@ -28,9 +28,16 @@ _NAMES = (
     "recording_fence",
     "agent_state_save",
     "agent_state_fence",
+    "tombstone_move",
 )
 _WITH_EPOCHS = frozenset(
-    {"supervision_cas", "supervision_delete", "agent_state_save", "agent_state_fence"}
+    {
+        "supervision_cas",
+        "supervision_delete",
+        "agent_state_save",
+        "agent_state_fence",
+        "tombstone_move",
+    }
 )
 """The scripts that start with the helpers of ``_epochs.lua``."""
 
@@ -102,3 +109,6 @@ class Scripts:
 
     async def agent_state_fence(self, keys: list[str], args: list[str | int]) -> Any:
         return await self._run("agent_state_fence", keys, args)
+
+    async def tombstone_move(self, keys: list[str]) -> Any:
+        return await self._run("tombstone_move", keys, [])

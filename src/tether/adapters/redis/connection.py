@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -12,11 +13,12 @@ import redis.asyncio
 import redis.exceptions
 
 from tether.adapters.redis._changes import ChangeFeed
-from tether.adapters.redis._keys import DEFAULT_PREFIX, KeyLayout
+from tether.adapters.redis._keys import DEFAULT_PREFIX, TOMBSTONE_KINDS, KeyLayout
 from tether.adapters.redis._scripts import Scripts
 from tether.adapters.redis._url import DEFAULT_STREAM_TTL, client_defaults, parse_url, pool_defaults
 from tether.domain.chat_stream_recording_store import ChangeSubscription
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
+from tether.domain.tombstones import TombstoneKey, TombstoneKeyError
 from tether.stores import StoreURLError
 
 _T = TypeVar("_T")
@@ -67,11 +69,14 @@ class RedisConnection:
         state_ttl: int | None = None,
         name: str | None = None,
         owns_client: bool = False,
+        tombstone_key: TombstoneKey | None = None,
     ) -> None:
         """``prefix`` starts every key (verbatim); ``stream_ttl`` (seconds, > 0) is
         set on every supervision and recording write; ``state_ttl`` (seconds, or
         None for never) on every checkpoint save. ``name`` is how messages name
-        the server (default: host, port and db of the client)."""
+        the server (default: host, port and db of the client).
+        ``tombstone_key`` names the keys of the numbers kept for ever per
+        conversation (default: ``TETHER_TOMBSTONE_KEY``; ``domain.tombstones``)."""
         if stream_ttl <= 0:
             raise ValueError("stream_ttl must be a positive number of seconds")
         if state_ttl is not None and state_ttl <= 0:
@@ -79,7 +84,7 @@ class RedisConnection:
         self._client = client
         self._owns_client = owns_client
         self.name = name or _describe_client(client)
-        self.keys = KeyLayout(prefix)
+        self.keys = KeyLayout(prefix, tombstone_key or TombstoneKey.from_env())
         self.stream_ttl = stream_ttl
         self.state_ttl = state_ttl
         self.scripts = Scripts(client)
@@ -137,7 +142,45 @@ class RedisConnection:
         if self._opened:
             return
         await self.call("connect", self._client.ping)
+        await self._check_tombstone_key()
+        await self._move_named_tombstones()
         self._opened = True
+
+    async def _check_tombstone_key(self) -> None:
+        """Record the key's check value on first use; refuse another key after."""
+        check = self.keys.tombstones.check
+        key = self.keys.tombstone_key
+        await self.call("record the tombstone key", lambda: self._client.set(key, check, nx=True))
+        recorded = await self.call("read the tombstone key", lambda: self._client.get(key))
+        try:
+            self.keys.tombstones.verify(_decoded(recorded), f"Redis store {self.name}")
+        except TombstoneKeyError as error:
+            raise StoreError(str(error)) from error
+
+    async def _move_named_tombstones(self) -> None:
+        """Keys of numbers kept for ever that an earlier release named by the
+        conversation's ids (``{kind}{tenant}:{requester}:{session}``) move to
+        their tombstone's key, keeping the higher number: an upgraded store
+        keeps every epoch and, once moved, names no id. A tombstone has no
+        ``:``, so what is left to move is found by the pattern."""
+        for kind in TOMBSTONE_KINDS:
+            named = f"{self.keys.prefix}{kind}"
+            found = await self.call("find named tombstones", functools.partial(self._scan, named))
+            for old in found:
+                try:
+                    new = named + self.keys.tombstone(old.removeprefix(named))
+                except ValueError:
+                    continue  # not a key this layout made: left alone
+                await self.call(
+                    "move a named tombstone",
+                    functools.partial(self.scripts.tombstone_move, [old, new]),
+                )
+
+    async def _scan(self, named: str) -> list[str]:
+        return [
+            _decoded(key) or ""
+            async for key in self._client.scan_iter(match=f"{named}*:*", count=500)
+        ]
 
     async def aclose(self) -> None:
         """Stop the change feed and, if owned, close the client. Idempotent."""
@@ -244,3 +287,7 @@ def _describe_client(client: redis.asyncio.Redis) -> str:
         return f"unix://{options['path']}"
     host, port = options.get("host", "localhost"), options.get("port", 6379)
     return f"redis://{host}:{port}/{options.get('db', 0)}"
+
+
+def _decoded(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value

@@ -267,6 +267,7 @@ class RedisChatStreamSupervisionStore(RedisStore, ChatStreamSupervisionStore):
                 encode_part(swap.session_id),
                 conversation,
                 _microseconds(row.heartbeat_at) if row.status is ChatStreamStatus.RUNNING else "",
+                layout.supervision_message(swap.tenant, swap.requester_uuid, ""),
             ]
         scripts = self._connection.scripts
         written = await self._connection.call(

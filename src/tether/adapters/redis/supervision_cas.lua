@@ -10,7 +10,9 @@
 --
 -- Beside that, a string with the row's TTL maps the row's turn to its session
 -- (find_by_message_id): set with every accepted swap, so it lives as long as
--- the row. A replaced turn's key is left to expire: the lookup checks the row.
+-- the row. A swap that replaces the row's turn deletes the replaced turn's key
+-- (if it still names this session): it names the tenant, the requester and the
+-- turn, and an erase, whose tombstone replaces the last turn, must leave none.
 --
 -- And one sorted set holds the conversations whose row is RUNNING, scored by
 -- the heartbeat (list_stale_running, see supervision_stale.lua): every
@@ -37,18 +39,30 @@
 --   n = 7  the new heartbeat in microseconds since 1970 (a decimal, exact in
 --          the set's double up to 2^53, the year 2255) if the new row is
 --          RUNNING, '' if not
+--   n = 8  the index key of the swap's requester without its message id
+--          ('{prefix}supervision-message:{tenant}:{requester}:', escaped):
+--          the replaced turn's index key is built from it (not in KEYS, as
+--          supervision_stale.lua builds its row keys)
 --
 -- Returns one integer per swap: 1 written, 0 refused.
+
+-- A message id escaped as the keys escape every id (``encode_part``: UTF-8
+-- bytes, all but A-Za-z0-9_.-~ percent-encoded; %w is ASCII in Redis's C locale).
+local function encode_part(value)
+  return (string.gsub(value, '[^%w_%.%-~]', function(c)
+    return string.format('%%%02X', string.byte(c))
+  end))
+end
 
 local heartbeats = KEYS[1]
 local ttl, channel, call = ARGV[1], ARGV[2], ARGV[3]
 local written = {}
 for i = 1, (#KEYS - 1) / 3 do
   local key, epoch_key, index_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
-  local at = 4 + 8 * (i - 1)
+  local at = 4 + 9 * (i - 1)
   local expected, epoch = ARGV[at], ARGV[at + 1]
   local token = call .. '#' .. i
-  local stored = redis.call('HMGET', key, 'epoch', 'token')
+  local stored = redis.call('HMGET', key, 'epoch', 'token', 'message_id')
   local last = epoch_at(epoch_key)
   local matches
   if stored[2] == token then
@@ -71,6 +85,12 @@ for i = 1, (#KEYS - 1) / 3 do
   end
   if matches then
     local conversation, heartbeat = ARGV[at + 6], ARGV[at + 7]
+    if stored[3] and stored[3] ~= ARGV[at + 2] and stored[2] ~= token then
+      local replaced = ARGV[at + 8] .. encode_part(stored[3])
+      if redis.call('GET', replaced) == ARGV[at + 5] then
+        redis.call('DEL', replaced)
+      end
+    end
     if heartbeat ~= '' then
       redis.call('HSET', key, 'epoch', epoch, 'message_id', ARGV[at + 2],
         'row', ARGV[at + 3], 'token', token, 'indexed', token)

@@ -50,6 +50,7 @@ from tether.adapters.sqlite import queries
 from tether.adapters.sqlite._connection_thread import ConnectionThread, in_transaction
 from tether.adapters.sqlite._url import DEFAULT_BUSY_TIMEOUT, parse_url
 from tether.domain.store_errors import StoreError
+from tether.domain.tombstones import TombstoneKey, TombstoneKeyError
 
 _T = TypeVar("_T")
 
@@ -96,10 +97,14 @@ class SQLiteDatabase:
         *,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         name: str | None = None,
+        tombstone_key: TombstoneKey | None = None,
     ) -> None:
         """``path`` is the database file (relative paths resolve now);
         ``busy_timeout`` the seconds to wait for another process's write lock;
-        ``name`` how error messages name the database (default: the path)."""
+        ``name`` how error messages name the database (default: the path);
+        ``tombstone_key`` what conversations' epochs and fences are kept
+        under (default: ``TETHER_TOMBSTONE_KEY``; see ``domain.tombstones``)."""
+        self._tombstones = tombstone_key or TombstoneKey.from_env()
         self._path = Path(os.path.abspath(os.fspath(path)))
         self._busy_timeout = busy_timeout
         self._name = name or str(self._path)
@@ -245,6 +250,9 @@ class SQLiteDatabase:
                         f"(journal mode is {mode!r}); use a local disk"
                     )
                 connection.execute(synchronous)
+                connection.create_function(
+                    "tether_tombstone", 3, self._tombstone_of, deterministic=True
+                )
             except BaseException:
                 connection.close()
                 raise
@@ -293,8 +301,18 @@ class SQLiteDatabase:
         if not directory.is_dir():
             raise StoreError(f"SQLite store {self._name}: {directory} is not a directory")
 
+    def _tombstone_of(self, tenant: object, user: object, session: object) -> str:
+        # Called by SQLite with the ids as bound (BLOBs): anything else is a
+        # bug in a query, and raising makes SQLite fail the statement.
+        if not (
+            isinstance(tenant, bytes) and isinstance(user, bytes) and isinstance(session, bytes)
+        ):
+            raise TypeError("tether_tombstone takes the three ids as BLOBs")
+        return self._tombstones.of_bytes(tenant, user, session)
+
     def _prepare(self, connection: sqlite3.Connection) -> None:
         in_transaction(self._migrate)(connection)
+        in_transaction(self._check_tombstone_key)(connection)
         # The file and its WAL are new directory entries: sync the directory
         # once, so a durable first write cannot lose the file that holds it.
         _fsync_directory(self._path.parent)
@@ -311,6 +329,20 @@ class SQLiteDatabase:
                 connection.execute(statement)
         if version < queries.SCHEMA_VERSION:
             connection.execute(queries.set_user_version(queries.SCHEMA_VERSION))
+
+    def _check_tombstone_key(self, connection: sqlite3.Connection) -> None:
+        """Record the key's check value on first use; refuse another key after."""
+        row = connection.execute(queries.TOMBSTONE_KEY_READ).fetchone()
+        try:
+            self._tombstones.verify(
+                None if row is None else str(row[0]), f"SQLite store {self._name}"
+            )
+        except TombstoneKeyError as error:
+            raise StoreError(str(error)) from error
+        if row is None:
+            connection.execute(
+                queries.TOMBSTONE_KEY_RECORD, {"check_value": self._tombstones.check}
+            )
 
 
 def _durable_settings(connection: sqlite3.Connection) -> tuple[str, int, int]:

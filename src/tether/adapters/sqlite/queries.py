@@ -156,6 +156,38 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # of a replica without a presence lock. TEXT, not an id BLOB: the replica
     # makes it up itself (uuid4 hex), no request ever sets it.
     ("ALTER TABLE stream_supervision ADD COLUMN producer TEXT",),
+    # Version 6: the numbers kept for ever per conversation (its highest epoch,
+    # the recording's and the checkpoint's fences) are keyed by its tombstone,
+    # ``tether_tombstone(tenant, user, session)`` (``domain.tombstones``, a
+    # function each connection registers), not by its ids: an erased
+    # conversation leaves no id in plain form. The check value of the key
+    # goes in ``tombstone_key``, so a replica with another key cannot open it.
+    (
+        *(
+            statement
+            for table, user in (
+                ("stream_epoch", "requester_uuid"),
+                ("stream_fence", "requester_uuid"),
+                ("agent_state_fence", "user_uuid"),
+            )
+            for statement in (
+                f"""
+                CREATE TABLE {table}_by_tombstone (
+                    tombstone TEXT NOT NULL PRIMARY KEY,
+                    epoch INTEGER NOT NULL
+                ) STRICT
+                """,
+                f"""
+                INSERT INTO {table}_by_tombstone (tombstone, epoch)
+                SELECT tether_tombstone(tenant, {user}, session_id), max(epoch) FROM {table}
+                GROUP BY 1
+                """,
+                f"DROP TABLE {table}",
+                f"ALTER TABLE {table}_by_tombstone RENAME TO {table}",
+            )
+        ),
+        "CREATE TABLE tombstone_key (check_value TEXT NOT NULL) STRICT",
+    ),
 )
 """Migration ``n`` (1-based) brings the schema from version ``n - 1`` to ``n``.
 Append new migrations; never edit one that has shipped."""
@@ -163,6 +195,9 @@ Append new migrations; never edit one that has shipped."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
 READ_USER_VERSION = "PRAGMA user_version"
+# The key's check value (``TombstoneKey.check``): recorded once, then compared.
+TOMBSTONE_KEY_READ = "SELECT check_value FROM tombstone_key"
+TOMBSTONE_KEY_RECORD = "INSERT INTO tombstone_key (check_value) VALUES (:check_value)"
 READ_JOURNAL_MODE = "PRAGMA journal_mode"
 SET_JOURNAL_MODE_WAL = "PRAGMA journal_mode = WAL"
 READ_SYNCHRONOUS = "PRAGMA synchronous"
@@ -206,16 +241,16 @@ STATE_DELETE = """
 # is not above it: the row count (0 for an upsert whose WHERE fails) says
 # whether the save may write, and nothing else has to be read first.
 STATE_ADVANCE_FENCE = """
-    INSERT INTO agent_state_fence (tenant, user_uuid, session_id, epoch)
-    VALUES (:tenant, :user, :session, :epoch)
-    ON CONFLICT (tenant, user_uuid, session_id) DO UPDATE SET epoch = excluded.epoch
+    INSERT INTO agent_state_fence (tombstone, epoch)
+    VALUES (tether_tombstone(:tenant, :user, :session), :epoch)
+    ON CONFLICT (tombstone) DO UPDATE SET epoch = excluded.epoch
         WHERE excluded.epoch >= agent_state_fence.epoch
 """
 # ``fence`` only ever raises it.
 STATE_RAISE_FENCE = """
-    INSERT INTO agent_state_fence (tenant, user_uuid, session_id, epoch)
-    VALUES (:tenant, :user, :session, :epoch)
-    ON CONFLICT (tenant, user_uuid, session_id) DO UPDATE
+    INSERT INTO agent_state_fence (tombstone, epoch)
+    VALUES (tether_tombstone(:tenant, :user, :session), :epoch)
+    ON CONFLICT (tombstone) DO UPDATE
         SET epoch = max(agent_state_fence.epoch, excluded.epoch)
 """
 
@@ -227,8 +262,7 @@ SUPERVISION_READ = """
 """
 # The highest epoch ever written, also once the row is gone.
 SUPERVISION_LAST_EPOCH = """
-    SELECT epoch FROM stream_epoch
-    WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
+    SELECT epoch FROM stream_epoch WHERE tombstone = tether_tombstone(:tenant, :user, :session)
 """
 # A claim (expected epoch None) writes only where no row exists, and only at an
 # epoch above every epoch granted before (a removed row's stays in stream_epoch) ...
@@ -237,8 +271,7 @@ SUPERVISION_CLAIM = """
         (tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at, producer)
     SELECT :tenant, :user, :session, :epoch, :message_id, :status, :heartbeat_at, :producer
     WHERE :epoch > coalesce((
-        SELECT epoch FROM stream_epoch
-        WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
+        SELECT epoch FROM stream_epoch WHERE tombstone = tether_tombstone(:tenant, :user, :session)
     ), 0)
     ON CONFLICT (tenant, requester_uuid, session_id) DO NOTHING
 """
@@ -254,9 +287,9 @@ SUPERVISION_SWAP = """
 # Run after every write that succeeded, in its transaction: the highest epoch
 # only grows, even when a swap writes a lower one.
 SUPERVISION_RECORD_EPOCH = """
-    INSERT INTO stream_epoch (tenant, requester_uuid, session_id, epoch)
-    VALUES (:tenant, :user, :session, :epoch)
-    ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE
+    INSERT INTO stream_epoch (tombstone, epoch)
+    VALUES (tether_tombstone(:tenant, :user, :session), :epoch)
+    ON CONFLICT (tombstone) DO UPDATE
         SET epoch = max(stream_epoch.epoch, excluded.epoch)
 """
 # The requester's row holding a turn, by the index on message_id.
@@ -289,23 +322,22 @@ RECORDING_READ = """
     WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
 """
 RECORDING_FENCE = """
-    SELECT epoch FROM stream_fence
-    WHERE tenant = :tenant AND requester_uuid = :user AND session_id = :session
+    SELECT epoch FROM stream_fence WHERE tombstone = tether_tombstone(:tenant, :user, :session)
 """
 # A put first moves the fence to its own epoch, only where the fence is not
 # above it: the row count (0 for an upsert whose WHERE fails) says whether the
 # put may write. Accepted epochs never fall, so this only ever raises it.
 RECORDING_ADVANCE_FENCE = """
-    INSERT INTO stream_fence (tenant, requester_uuid, session_id, epoch)
-    VALUES (:tenant, :user, :session, :epoch)
-    ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE SET epoch = excluded.epoch
+    INSERT INTO stream_fence (tombstone, epoch)
+    VALUES (tether_tombstone(:tenant, :user, :session), :epoch)
+    ON CONFLICT (tombstone) DO UPDATE SET epoch = excluded.epoch
         WHERE excluded.epoch >= stream_fence.epoch
 """
 # ``fence`` only ever raises it, and leaves the record alone.
 RECORDING_RAISE_FENCE = """
-    INSERT INTO stream_fence (tenant, requester_uuid, session_id, epoch)
-    VALUES (:tenant, :user, :session, :epoch)
-    ON CONFLICT (tenant, requester_uuid, session_id) DO UPDATE
+    INSERT INTO stream_fence (tombstone, epoch)
+    VALUES (tether_tombstone(:tenant, :user, :session), :epoch)
+    ON CONFLICT (tombstone) DO UPDATE
         SET epoch = max(stream_fence.epoch, excluded.epoch)
 """
 RECORDING_PUT = """

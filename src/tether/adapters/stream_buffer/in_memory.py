@@ -25,6 +25,7 @@ from tether.domain.chat_stream_supervision_store import (
     StaleTurn,
 )
 from tether.domain.stream_delta import StreamDelta
+from tether.domain.tombstones import TombstoneKey
 
 _Key = tuple[str, str, str]
 
@@ -78,12 +79,18 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
     copied in and out, so no caller ever shares an object with the store.
     """
 
-    def __init__(self, channel: InMemoryChangeChannel | None = None) -> None:
+    def __init__(
+        self,
+        channel: InMemoryChangeChannel | None = None,
+        tombstone_key: TombstoneKey | None = None,
+    ) -> None:
         self._lock = asyncio.Lock()
         self._channel = channel
         self._rows: dict[_Key, ChatStreamSupervision] = {}
-        # The highest epoch ever written per conversation; outlives its row.
-        self._epochs: dict[_Key, int] = {}
+        # The highest epoch ever written per conversation; outlives its row,
+        # under the conversation's tombstone (``domain.tombstones``).
+        self._tombstones = tombstone_key or TombstoneKey.from_env()
+        self._epochs: dict[str, int] = {}
         # (tenant, requester, message_id) -> session_id of the row holding it.
         self._by_message: dict[_Key, str] = {}
 
@@ -97,14 +104,15 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> bool:
         """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
         key = _key(tenant, requester_uuid, session_id)
+        tombstone = self._tombstones.of(tenant, requester_uuid, session_id)
         async with self._lock:
             current = self._rows.get(key)
             if (None if current is None else current.epoch) != expected_epoch:
                 return False
-            if current is None and supervision.epoch <= self._epochs.get(key, 0):
+            if current is None and supervision.epoch <= self._epochs.get(tombstone, 0):
                 return False  # that epoch was granted before the row was removed
             self._rows[key] = supervision.model_copy(deep=True)
-            self._epochs[key] = max(self._epochs.get(key, 0), supervision.epoch)
+            self._epochs[tombstone] = max(self._epochs.get(tombstone, 0), supervision.epoch)
             if current is not None and current.message_id != supervision.message_id:
                 self._unindex(key, current.message_id)
             self._by_message[(key[0], key[1], supervision.message_id)] = session_id
@@ -139,7 +147,7 @@ class InMemoryChatStreamSupervisionStore(ChatStreamSupervisionStore):
     async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
         """The highest epoch ever written, also after the row was deleted."""
         async with self._lock:
-            return self._epochs.get(_key(tenant, requester_uuid, session_id), 0)
+            return self._epochs.get(self._tombstones.of(tenant, requester_uuid, session_id), 0)
 
     async def read(
         self, tenant: str, requester_uuid: str | None, session_id: str
@@ -186,13 +194,19 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
     the event loop for milliseconds, not tens of them.
     """
 
-    def __init__(self, channel: InMemoryChangeChannel | None = None) -> None:
+    def __init__(
+        self,
+        channel: InMemoryChangeChannel | None = None,
+        tombstone_key: TombstoneKey | None = None,
+    ) -> None:
         self._lock = asyncio.Lock()
         self._channel = channel if channel is not None else InMemoryChangeChannel()
         self._records: dict[_Key, _Record] = {}
         # The fence of each conversation: the highest epoch put or fenced. Kept
-        # apart from the record, so ``delete`` leaves it.
-        self._fences: dict[_Key, int] = {}
+        # apart from the record, so ``delete`` leaves it, under the
+        # conversation's tombstone (``domain.tombstones``).
+        self._tombstones = tombstone_key or TombstoneKey.from_env()
+        self._fences: dict[str, int] = {}
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
@@ -200,7 +214,7 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         """Store ``event``; raise ``RecordingFencedError`` if the stored epoch is higher."""
         (written,) = await self.put_many([RecordingPut(tenant, requester_uuid, session_id, event)])
         if not written:
-            fence = self._fences[_key(tenant, requester_uuid, session_id)]
+            fence = self._fences[self._tombstones.of(tenant, requester_uuid, session_id)]
             raise RecordingFencedError(
                 f"recording is fenced at epoch {fence}; a write at epoch {event.epoch} is refused"
             )
@@ -209,9 +223,9 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         self, tenant: str, requester_uuid: str | None, session_id: str, epoch: int
     ) -> None:
         """Refuse later puts below ``epoch``; the record is unchanged."""
-        key = _key(tenant, requester_uuid, session_id)
+        tombstone = self._tombstones.of(tenant, requester_uuid, session_id)
         async with self._lock:
-            self._fences[key] = max(self._fences.get(key, 0), epoch)
+            self._fences[tombstone] = max(self._fences.get(tombstone, 0), epoch)
 
     async def put_many(self, puts: Sequence[RecordingPut]) -> list[bool]:
         """Every put, in order, under one acquisition of the lock."""
@@ -219,12 +233,13 @@ class InMemoryChatStreamRecordingStore(ChatStreamRecordingStore):
         async with self._lock:
             for put in puts:
                 key = _key(put.tenant, put.requester_uuid, put.session_id)
-                if put.event.epoch < self._fences.get(key, 0):
+                tombstone = self._tombstones.of(put.tenant, put.requester_uuid, put.session_id)
+                if put.event.epoch < self._fences.get(tombstone, 0):
                     results.append(False)
                     continue
                 event = put.event
                 self._records[key] = _Record(event.epoch, event.message_id, event.model_dump_json())
-                self._fences[key] = event.epoch
+                self._fences[tombstone] = event.epoch
                 results.append(True)
                 self._channel.announce(key, StreamChange.RECORDING)
         return results

@@ -72,7 +72,7 @@ logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/ai-sdk/chat", tags=["ai-sdk"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 403, 404, 409, 413, 501, 503)
+    code: {"model": ErrorBody} for code in (400, 403, 404, 409, 413, 429, 501, 503)
 }
 _RUNNING = ("running", "dead")
 """Verdicts of a turn that is not over: a dead one is being taken over."""

@@ -37,7 +37,7 @@ from tether.runtime.live_buffer import StreamEnd, StreamEvent
 router = APIRouter(tags=["chat"])
 
 _ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 403, 404, 409, 410, 413, 503)
+    code: {"model": ErrorBody} for code in (400, 403, 404, 409, 410, 413, 429, 503)
 }
 MESSAGE_ID_HEADER = "X-Tether-Message-Id"
 SHUTDOWN_GRACE_SECONDS = 1.0

@@ -20,6 +20,7 @@ import re
 import secrets
 from datetime import datetime
 from typing import Annotated, Any
+from urllib.parse import unquote, unquote_plus
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request, Response
 from fastapi.responses import HTMLResponse
@@ -258,10 +259,14 @@ class RedactOAuthCallbackFilter(logging.Filter):
     """Replaces the values of ``code`` and ``state`` in logged callback URLs.
 
     uvicorn's access log records each request's path with its query string, and
-    a callback's code and state are what completes a user's authorization.
+    a callback's code and state are what completes a user's authorization. The
+    query string is logged as sent, and a parameter's name may be
+    percent-encoded (``%63ode=`` is ``code=`` to the route): each name is
+    decoded the way the route decodes it before it is compared.
     """
 
-    _SECRET = re.compile(r"([?&](?:code|state)=)[^&\s\"]*")
+    _QUERY = re.compile(r"\?([^\s\"]*)")
+    _SECRETS = frozenset({"code", "state"})
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple) and record.args:
@@ -271,9 +276,20 @@ class RedactOAuthCallbackFilter(logging.Filter):
         return True
 
     def redact(self, value: object) -> object:
-        if isinstance(value, str) and CALLBACK_PATH in value:
-            return self._SECRET.sub(r"\1[redacted]", value)
+        if isinstance(value, str) and CALLBACK_PATH in unquote(value):
+            return self._QUERY.sub(self._redacted_query, value)
         return value
+
+    def _redacted_query(self, match: re.Match[str]) -> str:
+        pairs = match.group(1).split("&")
+        return "?" + "&".join(self._redacted_pair(pair) for pair in pairs)
+
+    def _redacted_pair(self, pair: str) -> str:
+        name, equals, _ = pair.partition("=")
+        # As the route reads it (``parse_qsl``): "+" is a space, %XX a byte.
+        if equals and unquote_plus(name) in self._SECRETS:
+            return f"{name}=[redacted]"
+        return pair
 
 
 ACCESS_LOGGERS = ("uvicorn.access",)
