@@ -50,8 +50,9 @@ move           from                  to
 ``FINISH``     LIVE, ENDING          FREE(verdict, e+1)
 ``HAND_OFF``   LIVE(T, e)            DEAD(T, e+1): a draining replica
 ``PASS_ON``    LIVE(T, e)            DEAD(Q, e+1): T ended with Q queued behind it
-``END``        LIVE, DEAD            ENDING(T, e+1), then FINISH: a cancel (live or
-                                     dead), the reaper (dead only)
+``END``        LIVE, DEAD, FREE      ENDING(T, e+1), then FINISH: a cancel (live or
+                                     dead), the reaper (dead only); from FREE, the
+                                     cancel of a queued turn T (``handlers.cancel``)
 ``ERASE``      FREE, DEAD            ERASING(e+1), then DELETE
 ``DELETE``     FREE, ERASING         no row; the store keeps the epoch
 =============  ====================  ============================================
@@ -115,7 +116,7 @@ MOVES: dict[Move, frozenset[RowState]] = {
     Move.FINISH: frozenset({_S.LIVE, _S.ENDING}),
     Move.HAND_OFF: frozenset({_S.LIVE}),
     Move.PASS_ON: frozenset({_S.LIVE}),
-    Move.END: frozenset({_S.LIVE, _S.DEAD}),
+    Move.END: frozenset({_S.LIVE, _S.DEAD, _S.FREE}),
     Move.ERASE: frozenset({_S.FREE, _S.DEAD}),
     Move.DELETE: frozenset({_S.FREE, _S.ERASING}),
 }
