@@ -132,6 +132,7 @@ class ChatHandler:
         clock: Clock = utc_now,
         *,
         monotonic: Callable[[], float] = time.monotonic,
+        metrics: TetherMetrics | None = None,
     ) -> None:
         self.registries = registries
         self.stores = stores
@@ -149,7 +150,9 @@ class ChatHandler:
         """Turns this replica has claimed and is starting, not yet in ``_turns``:
         done once they are (or failed to start)."""
         self._background: set[asyncio.Task[object]] = set()
-        self.metrics = TetherMetrics()
+        self.metrics = metrics if metrics is not None else TetherMetrics()
+        """Its own registry; the simulator's replicas share one (their dozens
+        of metrics took a sixth of a history to build, and nobody reads them)."""
         self.tracing: Tracing = NO_TRACING
         """Where its turns' spans go (``setup_app`` sets it from the environment)."""
         self.heartbeats = (

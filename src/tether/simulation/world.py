@@ -32,6 +32,7 @@ from tether.adapters.stream_buffer import (
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.takeover import AutomaticTakeover
+from tether.metrics import TetherMetrics
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.simulation.agent import SimRegistries
@@ -96,6 +97,8 @@ class World:
         self._stack = AsyncExitStack()
         self._born = 0
         self.stores = TurnStores()
+        self.metrics = TetherMetrics()
+        """One registry for every replica of the history: nobody reads them."""
         self.known_turns: list[tuple[str, str]] = []
         """(session, turn) of every turn a client was answered for, in order."""
         self.readings: list[Any] = []
@@ -168,6 +171,7 @@ class World:
             MessageBus(),
             self.clock,
             monotonic=still,
+            metrics=self.metrics,
         )
         # Its own takeover loop's order and back-off, seeded and on virtual time.
         handler.takeovers = AutomaticTakeover(
