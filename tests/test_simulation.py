@@ -11,11 +11,14 @@ history, and the seeds must be found again.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from typer.testing import CliRunner
 
 from tether.cli.main import app
 from tether.simulation import Options, RunReport, history_seed, run_history
+from tether.simulation.gate import Gate, Parked
 
 QUIET_SEED = 4
 """A history with turns in it that breaks nothing, even before the fix."""
@@ -36,6 +39,44 @@ def test_a_seed_replays_the_same_history() -> None:
     noisy = run_history(1207114979, Options())
     assert noisy.schedule == run_history(1207114979, Options()).schedule
     assert noisy.violations == run_history(1207114979, Options()).violations
+
+
+SLOW_SENSITIVE = 154521889
+"""``history_seed(24, 583)``: a history whose followers, when they measured
+real elapsed time, became another one on a loaded machine (and polled for
+minutes instead of 0.1 s)."""
+ORDER_SENSITIVE = 924980049
+"""``history_seed(24, 521)``: a history whose followers the in-memory channel
+woke in the order of their addresses, so that a rerun in the same process
+took another turn. (A killed replica's tasks were cancelled in that order
+too; that one differed between processes.)"""
+
+
+def test_a_history_does_not_depend_on_how_long_its_steps_take(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loaded machine, staged: every tenth step takes 30 ms of real time.
+    (Not a wait for anything; the time is what the history must not see.)"""
+    quick = run_history(SLOW_SENSITIVE, Options())
+    release = Gate.release
+    steps = 0
+
+    def slow_release(gate: Gate, parked: Parked) -> None:
+        nonlocal steps
+        steps += 1
+        if steps % 10 == 0:
+            time.sleep(0.03)
+        release(gate, parked)
+
+    monkeypatch.setattr(Gate, "release", slow_release)
+    slow = run_history(SLOW_SENSITIVE, Options())
+    assert steps > 100
+    assert slow.schedule == quick.schedule
+
+
+def test_a_history_does_not_depend_on_where_its_objects_live() -> None:
+    first = run_history(ORDER_SENSITIVE, Options()).schedule
+    assert all(run_history(ORDER_SENSITIVE, Options()).schedule == first for _ in range(3))
 
 
 def test_the_command_ends_with_the_count_and_replays_a_seed() -> None:

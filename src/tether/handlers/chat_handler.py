@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -130,12 +131,19 @@ class ChatHandler:
         settings: TetherSettings,
         bus: MessageBus,
         clock: Clock = utc_now,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        metrics: TetherMetrics | None = None,
     ) -> None:
         self.registries = registries
         self.stores = stores
         self.settings = settings
         self.bus = bus
         self.clock = clock
+        self.monotonic = monotonic
+        """The elapsed-time clock of its followers, its delta windows and its
+        takeover back-off: the simulator's virtual time, so that how long a
+        real step took under load never changes a seeded history."""
         self.dead_after = timedelta(seconds=settings.dead_after)
         self.draining = False
         self._turns: dict[str, Turn] = {}
@@ -143,7 +151,9 @@ class ChatHandler:
         """Turns this replica has claimed and is starting, not yet in ``_turns``:
         done once they are (or failed to start)."""
         self._background: set[asyncio.Task[object]] = set()
-        self.metrics = TetherMetrics()
+        self.metrics = metrics if metrics is not None else TetherMetrics()
+        """Its own registry; the simulator's replicas share one (their dozens
+        of metrics took a sixth of a history to build, and nobody reads them)."""
         self.tracing: Tracing = NO_TRACING
         """Where its turns' spans go (``setup_app`` sets it from the environment)."""
         self.heartbeats = (
@@ -186,9 +196,10 @@ class ChatHandler:
             # within half an interval of its last heartbeat, a live one's about
             # half the time (one lock test per scan for it, whatever its turns).
             suspect_after=timedelta(seconds=settings.heartbeat_interval / 2),
+            monotonic=monotonic,
         )
         self.deltas = (
-            DeltaPublisher(stores.recording, window=settings.delta_window)
+            DeltaPublisher(stores.recording, window=settings.delta_window, clock=monotonic)
             if stores.recording is not None and has_deltas(stores.recording)
             else None
         )
@@ -818,6 +829,7 @@ class ChatHandler:
             ),
             await_takeover=self.settings.dead_after if self.takeovers.running else 0.0,
             live_here=live_here,
+            monotonic=self.monotonic,
         )
         return self._settled(follower.follow(start_index), key, message_id, start_index), False
 

@@ -94,7 +94,7 @@ class Gate:
                 parked.go.set_exception(ReplicaKilledError(replica))
 
     def _gated(self, store: str, method: str, original: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(original)
+        signature = _signature(original.__func__)  # type: ignore[attr-defined]
 
         @functools.wraps(original)
         async def gated(*args: Any, **kwargs: Any) -> Any:
@@ -126,6 +126,15 @@ class Gate:
             return result
 
         return gated
+
+
+@functools.cache
+def _signature(function: Callable[..., Any]) -> inspect.Signature:
+    """A store method's signature without ``self``: read once per class, not
+    once per history (each history wraps its stores anew)."""
+    return inspect.signature(function).replace(
+        parameters=list(inspect.signature(function).parameters.values())[1:]
+    )
 
 
 def ungated() -> contextvars.Token[bool]:

@@ -65,6 +65,17 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return min(live) if live else None
 
 
+def still() -> float:
+    """The replicas' elapsed-time clock (``time.monotonic`` in a server): it
+    never moves. A history takes milliseconds of real time, which the 10 ms
+    grid absorbs; on a loaded machine it can take seconds, and a follower
+    that subtracted them from its virtual poll, or a delta watch that ran
+    out, made the same seed another history (and a few ran for minutes).
+    Still time is what an unloaded run measures, so the seeds replay as they
+    were found."""
+    return 0.0
+
+
 class VirtualClock:
     """The wall clock every replica and store reads: the loop's time, as a datetime."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import random
 import tempfile
@@ -31,12 +32,13 @@ from tether.adapters.stream_buffer import (
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.takeover import AutomaticTakeover
+from tether.metrics import TetherMetrics
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.simulation.agent import SimRegistries
 from tether.simulation.gate import OPERATION, REPLICA, Gate
 from tether.simulation.model import Model
-from tether.simulation.virtual_loop import VirtualClock, VirtualTimeLoop
+from tether.simulation.virtual_loop import VirtualClock, VirtualTimeLoop, still
 
 SETTINGS = TetherSettings(
     heartbeat_interval=1.0,
@@ -68,7 +70,10 @@ class Replica:
 
     name: str
     handler: ChatHandler
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    tasks: dict[asyncio.Task[Any], None] = field(default_factory=dict)
+    """Its running tasks in the order they started (a dict, not a set, whose
+    order is their addresses'): a kill cancels them in the same order on every
+    run of a seed."""
     dead: bool = False
     paused: bool = False
 
@@ -96,6 +101,8 @@ class World:
         self._stack = AsyncExitStack()
         self._born = 0
         self.stores = TurnStores()
+        self.metrics = TetherMetrics()
+        """One registry for every replica of the history: nobody reads them."""
         self.known_turns: list[tuple[str, str]] = []
         """(session, turn) of every turn a client was answered for, in order."""
         self.readings: list[Any] = []
@@ -167,6 +174,8 @@ class World:
             self.settings,
             MessageBus(),
             self.clock,
+            monotonic=still,
+            metrics=self.metrics,
         )
         # Its own takeover loop's order and back-off, seeded and on virtual time.
         handler.takeovers = AutomaticTakeover(
@@ -211,11 +220,15 @@ class World:
         if owner is not None:
             for replica in self.replicas:
                 if replica.name == owner:
-                    replica.tasks.add(task)
-                    task.add_done_callback(replica.tasks.discard)
+                    replica.tasks[task] = None
+                    task.add_done_callback(functools.partial(_forget, replica.tasks))
                     if replica.dead:
                         task.cancel()
         return task
+
+
+def _forget(tasks: dict[asyncio.Task[Any], None], done: asyncio.Task[Any]) -> None:
+    tasks.pop(done, None)
 
 
 @contextmanager

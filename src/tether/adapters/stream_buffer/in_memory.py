@@ -47,11 +47,14 @@ class InMemoryChangeChannel:
     """
 
     def __init__(self) -> None:
-        self._subscriptions: dict[_Key, set[PendingChanges[_Key]]] = {}
+        # Each key's subscriptions in the order they came (a dict, not a set,
+        # whose order is their addresses'): the simulator's seeded histories
+        # wake followers in the same order on every run.
+        self._subscriptions: dict[_Key, dict[PendingChanges[_Key], None]] = {}
 
     def subscribe(self, key: _Key) -> ChangeSubscription:
         subscription = PendingChanges(key, self._drop)
-        self._subscriptions.setdefault(key, set()).add(subscription)
+        self._subscriptions.setdefault(key, {})[subscription] = None
         return subscription
 
     def announce(self, key: _Key, change: StreamChange) -> None:
@@ -66,7 +69,7 @@ class InMemoryChangeChannel:
     def _drop(self, subscription: PendingChanges[_Key]) -> None:
         subscriptions = self._subscriptions.get(subscription.key)
         if subscriptions is not None:
-            subscriptions.discard(subscription)
+            subscriptions.pop(subscription, None)
             if not subscriptions:
                 del self._subscriptions[subscription.key]
 
