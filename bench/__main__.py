@@ -1,4 +1,4 @@
-"""Run the benchmarks and print Markdown tables for the README.
+"""Run the benchmarks and print Markdown tables for docs/benchmarks.md.
 
 python -m bench store-ops      [--backends memory,file,sqlite,postgres,redis] [--count 300]
 python -m bench follower-lag   [--backends ...] [--flushes 60]

@@ -24,7 +24,7 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A Markdown table, ready for the README."""
+    """A Markdown table, ready for docs/benchmarks.md."""
 
     def cell(value: object) -> str:
         if isinstance(value, float):

@@ -1,4 +1,4 @@
-"""The README's "Making a dependency resumable" guide, proven with real processes:
+"""The "Making a dependency resumable" guide (docs/writing-agents.md), proven with real processes:
 a user-written dependency checkpoints each finished section; the producer is
 SIGKILLed mid-report; the resume on the other replica writes only what was left.
 """

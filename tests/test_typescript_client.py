@@ -215,17 +215,18 @@ async def test_the_chat_page_imports_the_clients_own_modules() -> None:
 
 
 def _quick_start_snippet() -> str:
-    """The README's quick-start TypeScript client snippet, as it is printed."""
-    readme = (CLIENT.parents[1] / "README.md").read_text(encoding="utf-8")
-    quick_start = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    """The quick start's TypeScript client snippet (docs/getting-started.md,
+    the page the README's quick start continues on), as it is printed."""
+    page = (CLIENT.parents[1] / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    quick_start = page.split("# Quick start", 1)[1].split("\n## ", 1)[0]
     (snippet,) = re.findall(r"```js\n(.*?)```", quick_start, re.DOTALL)
     return snippet
 
 
 @pytest.mark.processes
 @pytest.mark.timeout(180)
-def test_the_readme_quick_start_runs_in_a_fresh_npm_project(tmp_path: Path) -> None:
-    """As the README says: `npm init -y`, install the client from the
+def test_the_quick_start_snippet_runs_in_a_fresh_npm_project(tmp_path: Path) -> None:
+    """As the quick start (docs/getting-started.md) says: `npm init -y`, install the client from the
     checkout (no registry), save the snippet as `quickstart.mjs`, run it
     against a server. Only the server's address is changed."""
     node, npm = node_and_npm()
@@ -235,7 +236,7 @@ def test_the_readme_quick_start_runs_in_a_fresh_npm_project(tmp_path: Path) -> N
         done = subprocess.run(command, cwd=project, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
     # A default project is CommonJS (no "type", or npm's own "commonjs"): a
-    # `.js` file there cannot use `import`, which is why the README says `.mjs`.
+    # `.js` file there cannot use `import`, which is why the quick start says `.mjs`.
     assert json.loads((project / "package.json").read_text()).get("type", "commonjs") == "commonjs"
     server = ServerProcess(example_project_dir(), log_path=tmp_path / "server.log").start(40)
     try:

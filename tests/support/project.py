@@ -19,7 +19,7 @@ def make_project(
 ) -> Path:
     """A project with agents ``writer`` (long-writer shape: a calculator call after
     ``tool_call_after_chunks``), ``plain`` (the same without the tool), ``outliner``
-    (the README's resumable-dependency example), ``broken`` (fails after three
+    (the resumable-dependency example of docs/writing-agents.md), ``broken`` (fails after three
     messages), ``poison`` (SIGKILLs its own replica after three), and
     ``calls-send_note`` / ``calls-fetch_note`` (a writing / reading tool call that
     SIGKILLs its replica in the middle of its first attempt)."""

@@ -1,6 +1,6 @@
 // One turn, followed to its end whatever happens on the way.
 //
-// This is the client's side of the README's recovery (Deployment model):
+// This is the client's side of the recovery in docs/deployment/model.md:
 //   1. GET /chat/stream/status: which turn occupies the conversation;
 //   2. running: attach, after the last event read (Last-Event-ID);
 //   3. dead: resume it (POST ?resume=true); refused with 409 because a replica

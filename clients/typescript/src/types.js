@@ -1,4 +1,4 @@
-// The shapes the HTTP API speaks (README "HTTP API"), and what a Turn hands
+// The shapes the HTTP API speaks (docs/http-api.md), and what a Turn hands
 // on (its events), as JSDoc types.
 //
 // Nothing here runs: the module only names types, so that the other modules

@@ -3,8 +3,8 @@
 A stream can end four ways: with the answer (a clean live close, or
 ``stream_status: done``), ``cancelled``, ``errored``, or without the answer:
 the connection broke, a replica answered 5xx, or the stream ended ``dead`` or
-``gone``. In the last case the client does what the README's "What a client
-does when it lands on a conversation" says, on any replica:
+``gone``. In the last case the client does what "What a client does when it
+lands on a conversation" (docs/deployment/model.md) says, on any replica:
 
 1. ``GET /chat/stream/status``: which turn occupies the conversation.
 2. ``running``: attach (``GET /chat/stream/{id}`` with ``Last-Event-ID``, so the

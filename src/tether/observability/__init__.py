@@ -1,5 +1,5 @@
-"""Logs, traces and metrics of a running server (see the README's "Logs,
-traces and metrics"). Nothing of OpenTelemetry is imported from here:
+"""Logs, traces and metrics of a running server (see "Logs, traces and
+metrics", docs/deployment/logs-and-traces.md). Nothing of OpenTelemetry is imported from here:
 ``tether.observability.otel`` is, by ``tracing_from_env``, when tracing is on."""
 
 from tether.observability.logs import (

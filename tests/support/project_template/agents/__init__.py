@@ -1,4 +1,4 @@
 """Agents for the real-process tests: the long-writer shape, with a counting tool,
-and the README's resumable-dependency example."""
+and the resumable-dependency example of docs/writing-agents.md."""
 
 from . import outline, writer  # noqa: F401 - registers the agents

@@ -1,4 +1,4 @@
-"""The README's "Making a dependency resumable" example, as a user would write it.
+"""The "Making a dependency resumable" example (docs/writing-agents.md), as a user would write it.
 
 ``Outline`` remembers which sections of a report are finished. The ``outliner``
 agent writes one section at a time (each "researched" for a moment), and asks
