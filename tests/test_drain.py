@@ -354,7 +354,7 @@ async def test_sigterm_drains_the_seed_wiring(
 
         # A turn that ends within the grace finishes as usual...
         await quick.finished(within=DEFAULTS.drain_grace + 5)
-        assert quick.verdict() is None and quick.error is None  # a clean close: done
+        assert quick.verdict() == "done" and quick.error is None
         assert (await _row(project, "s-quick")).status is ChatStreamStatus.DONE
 
         # ...and one that does not is handed off when the grace is over: its
