@@ -1,4 +1,4 @@
 """Agents for the real-process tests: the long-writer shape, with a counting tool,
-and the README's resumable-dependency example."""
+the README's resumable-dependency example, and an answer that goes backwards."""
 
-from . import outline, writer  # noqa: F401 - registers the agents
+from . import outline, rewinder, writer  # noqa: F401 - registers the agents
