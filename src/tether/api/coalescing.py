@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
@@ -31,7 +31,7 @@ async def coalesce(
     window: float = DELTA_WINDOW,
     *,
     clock: Callable[[], float] = time.monotonic,
-) -> AsyncIterator[StreamEvent | StreamEnd]:
+) -> AsyncGenerator[StreamEvent | StreamEnd, None]:
     """``source``'s events at most once per ``window`` (the newest of those
     that came meanwhile), then its end; its failure is raised after the
     events that came before it."""

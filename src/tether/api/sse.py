@@ -70,10 +70,9 @@ async def frame(
     mode: StreamMode = StreamMode.CUMULATIVE,
 ) -> AsyncIterator[ServerSentEvent]:
     encoder = MessageEncoder(message_id, mode)
-    if mode is StreamMode.DELTA:
-        source = coalesce(source)
+    paced = coalesce(source) if mode is StreamMode.DELTA else None
     try:
-        async for item in source:
+        async for item in paced or source:
             if isinstance(item, StreamEvent):
                 yield encoder.encode(item)
             else:
@@ -86,6 +85,10 @@ async def frame(
         logger.warning("turn %s: stores unavailable while following", message_id)
         yield error_event("STORE_UNAVAILABLE", "a store is unavailable; attach again shortly")
         yield status_event(INTERRUPTED)
+    finally:
+        if paced is not None:
+            # A reader that left stops the pacing's own read of the turn now.
+            await paced.aclose()
 
 
 def status_event(reason: str) -> ServerSentEvent:

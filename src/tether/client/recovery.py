@@ -1,7 +1,8 @@
 """Following one turn to its end, whatever happens to its connection or its replica.
 
-A stream can end four ways: with the answer (a clean live close, or
-``stream_status: done``), ``cancelled``, ``errored``, or without the answer:
+A stream can end four ways: with the answer (``stream_status: done``, or a
+clean live close from a server of an older release), ``cancelled``,
+``errored``, or without the answer:
 the connection broke, a replica answered 5xx, or the stream ended ``dead`` or
 ``gone``. In the last case the client does what the README's "What a client
 does when it lands on a conversation" says, on any replica:
