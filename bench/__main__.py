@@ -5,6 +5,7 @@ python -m bench follower-lag   [--backends ...] [--flushes 60]
 python -m bench concurrent     [--backends ...] [--turns 1000] [--chunk-size 3]
 python -m bench cross-replica  [--backends postgres,redis,sqlite,file] [--turns 20]
 python -m bench memory         [--backends sqlite] [--turns 1000]
+python -m bench wire-bytes
 python -m bench all
 
 ``--chunk-size`` is words per delta (1: token-sized deltas) for ``concurrent``,
@@ -21,7 +22,7 @@ import json
 import sys
 from typing import Any
 
-from bench import concurrent_turns, cross_replica, follower_lag, memory, store_ops
+from bench import concurrent_turns, cross_replica, follower_lag, memory, store_ops, wire_bytes
 from bench._backends import ALL
 from bench._stats import table
 
@@ -170,6 +171,18 @@ async def _memory(backends: list[str], turns: int, chunk_size: int) -> dict[str,
     return results
 
 
+async def _wire_bytes() -> dict[str, Any]:
+    results = {
+        name: await wire_bytes.measure(name, pace) for name, pace in wire_bytes.PACES.items()
+    }
+    print(
+        "\n### Bytes on the wire: one ~4 KB answer at 50 chunks/s, cumulative vs "
+        "`stream_mode=delta` (one `tether serve`, two readers a turn)\n"
+    )
+    print(table(wire_bytes.HEADERS, [wire_bytes.row(r) for rows in results.values() for r in rows]))
+    return results
+
+
 # Each benchmark's defaults when --backends / --turns are not given.
 _DEFAULT_BACKENDS = {
     "cross-replica": cross_replica.BACKENDS,
@@ -183,7 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument(
         "which",
-        choices=["store-ops", "follower-lag", "concurrent", "cross-replica", "memory", "all"],
+        choices=[
+            "store-ops",
+            "follower-lag",
+            "concurrent",
+            "cross-replica",
+            "memory",
+            "wire-bytes",
+            "all",
+        ],
     )
     parser.add_argument(
         "--backends",
@@ -269,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         report["memory"] = asyncio.run(
             _memory(backends("memory"), turns("memory"), chunk_size("memory"))
         )
+    if args.which in ("wire-bytes", "all"):
+        report["wire_bytes"] = asyncio.run(_wire_bytes())
     if args.json:
         with open(args.json, "w") as out:
             json.dump(report, out, indent=2, default=str)

@@ -625,3 +625,62 @@ def test_interrupt_stops_the_answer_and_answers_the_new_message_now(
         == ""
     )
     assert not tab.errors
+
+
+REWINDING = (
+    "Once upon a time there was a river.",
+    "Once upon a time",  # shorter
+    "Once upon a time there was a lake.",  # as long, other text
+    "Once upon a time there was a river. It ran to the sea.",
+)
+"""The rewinder agent's answer, message by message (its ``steps.json``)."""
+
+# Records each text the newest answer bubble showed, in order.
+TEXT_WATCH = """
+window.shownTexts = [];
+new MutationObserver(() => {
+  const all = document.querySelectorAll("li.message.bot .text");
+  const text = all.length ? all[all.length - 1].textContent : "";
+  if (text && window.shownTexts.at(-1) !== text) window.shownTexts.push(text);
+}).observe(document, { subtree: true, childList: true, characterData: true });
+"""
+
+
+def test_a_reloaded_tab_never_shows_an_answer_going_backwards(
+    replicas: Replicas, context: Any, screenshot_dir: Path, tmp_path: Path
+) -> None:
+    """The rewinder's answer goes backwards twice after the tab was reloaded:
+    the tab keeps showing what it showed, counts both updates on the bubble
+    (``data-dropped``), and shows the answer once it extends that text."""
+    (tmp_path / "steps.json").write_text(json.dumps(REWINDING))
+    tab = ChatPage.open(context, replicas.one.url, screenshot_dir, "rewind")
+    tab.page.select_option("#agent", "rewinder")
+    tab.send(str(tmp_path))
+    wait_for(lambda: tab.text() == REWINDING[0], 15, "the first text")
+
+    # The tab comes back with what it showed (sessionStorage), and its stream
+    # continues after the last event it showed.
+    tab.page.add_init_script(TEXT_WATCH)
+    tab.page.reload()
+    wait_for(lambda: tab.text() == REWINDING[0], 10, "the text after the reload")
+
+    def dropped() -> str:
+        return str(
+            tab.page.evaluate(
+                "() => { const all = document.querySelectorAll('li.message.bot');"
+                " return all.length ? all[all.length - 1].dataset.dropped ?? '0' : '0'; }"
+            )
+        )
+
+    for gate, count in ((1, "1"), (2, "2")):
+        (tmp_path / f"go-{gate}").touch()
+        wait_for(lambda count=count: dropped() == count, 15, f"update {gate + 1} to be dropped")
+    assert tab.text() == REWINDING[0]
+    (tmp_path / "go-3").touch()
+    wait_for(lambda: tab.state() == "done", 15, "the answer to end")
+    tab.shot("rewound")
+    assert tab.text() == REWINDING[3]
+    shown = tab.page.evaluate("() => window.shownTexts")
+    _only_grows(shown)
+    assert shown[-1] == REWINDING[3] and dropped() == "2"
+    assert not tab.errors

@@ -446,7 +446,8 @@ async def test_a_turn_streams_to_its_answer(server: ServerProcess) -> None:
         async with client.stream(agent_identifier="writer", message=PROMPT) as turn:
             updates = [update async for update in turn]
         assert turn.outcome == "done" and turn.path == ["start"]
-        assert len(updates) > 100 and _strictly_growing(updates)
+        # In delta mode at most one update per 0.125 s: a dozen over 1.5 s.
+        assert len(updates) >= 5 and _strictly_growing(updates)
         for before, after in pairwise(updates):
             assert after.content.startswith(before.content)
         conversation = await client.get_conversation(turn.session_id)
@@ -643,7 +644,7 @@ async def test_a_replica_killed_mid_answer_is_recovered_from_the_other_urls(
             reference = await client.stream(agent_identifier="plain", message=PROMPT).answer()
             assert reference is not None
             updates, turn = await _stream_and_kill(
-                client, lambda turn: cluster.replicas[0], after=20
+                client, lambda turn: cluster.replicas[0], after=10
             )
     assert turn.outcome == "done" and turn.recovered, turn.path
     assert _strictly_growing(updates), [u.index for u in updates]

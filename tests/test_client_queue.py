@@ -426,9 +426,10 @@ async def test_a_message_that_interrupts_starts_at_once(replicas: Replicas, stra
         AsyncTetherClient(one.url, tenant="t", requester_uuid="lea") as client,
         AsyncTetherClient(two.url, tenant="t", requester_uuid="lea") as other,
     ):
-        # Past a recording flush (every 0.5 s): the partial answer an interrupt
-        # keeps is what was recorded, as for any cancel from another replica.
-        running, seen, reading = await _running(client, PROMPT, session, after=40)
+        # Past a recording flush (every 0.5 s; the client's delta-mode stream
+        # brings at most one update per 0.125 s): the partial answer an
+        # interrupt keeps is what was recorded, as for any cancel from another replica.
+        running, seen, reading = await _running(client, PROMPT, session, after=8)
         turn = await other.stream(
             agent_identifier="plain",
             message="Actually, lakes?",

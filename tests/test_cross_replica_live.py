@@ -186,8 +186,8 @@ async def test_a_follower_on_another_replica_sees_every_index_the_producer_strea
             )
             await direct.ended(within=20)
             await follower.ended(within=10)
-            # A live reader of a finished turn is closed cleanly; a follower is told.
-            assert (direct.describe_end(), follower.describe_end()) == ("closed", "done")
+            # Both are told how the turn ended, the live reader as the follower.
+            assert (direct.describe_end(), follower.describe_end()) == ("done", "done")
             seen = {e.index: e.message for e in direct.messages}
             followed = follower.messages
             assert followed, "the follower showed nothing"

@@ -234,7 +234,9 @@ class Served:
             self.process = subprocess.Popen(
                 command,
                 cwd=project,
-                env={**os.environ, "PYTHONPATH": str(project)},
+                # The project first, then whatever tether the tests run (a
+                # checkout's src, when PYTHONPATH names one).
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(_python_path(project))},
                 stdout=out,
                 stderr=out,
                 start_new_session=True,
@@ -267,6 +269,11 @@ class Served:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=10)
+
+
+def _python_path(project: Path) -> list[str]:
+    inherited = os.environ.get("PYTHONPATH")
+    return [str(project), *([inherited] if inherited else [])]
 
 
 @contextlib.contextmanager
@@ -354,7 +361,7 @@ async def test_sigterm_drains_the_seed_wiring(
 
         # A turn that ends within the grace finishes as usual...
         await quick.finished(within=DEFAULTS.drain_grace + 5)
-        assert quick.verdict() is None and quick.error is None  # a clean close: done
+        assert quick.verdict() == "done" and quick.error is None
         assert (await _row(project, "s-quick")).status is ChatStreamStatus.DONE
 
         # ...and one that does not is handed off when the grace is over: its

@@ -45,10 +45,13 @@ async def test_a_streamed_turn_is_cumulative_with_indexed_ids(client: httpx2.Asy
     read = await read_stream(client, "POST", "/chat/stream?tenant=t", json=turn_body("Tell me"))
     assert read.status_code == 201
     assert read.message_id
-    assert read.events and all(e.event == "new_message" for e in read.events)
+    # Messages, then how the stream ended: every stream says so, POST or GET.
+    assert read.message_events and read.events[:-1] == read.message_events
+    assert read.events[-1].event == "stream_status"
+    assert read.terminal("stream_status") == {"reason": "done"}
     # Ids are the turn's and strictly increasing from 0; a reader that falls
     # behind skips to the newest cumulative message, which loses nothing.
-    assert all(e.id.startswith(f"{read.message_id}:") for e in read.events)
+    assert all(e.id.startswith(f"{read.message_id}:") for e in read.message_events)
     assert read.indexes[0] == 0 and read.indexes == sorted(set(read.indexes))
     messages = read.messages
     _assert_cumulative(messages)
@@ -85,14 +88,14 @@ async def test_three_readers_get_the_same_events(client: httpx2.AsyncClient) -> 
     # cumulative), so one the scheduler served later may skip some that
     # another got: the same id always carries the same message, ids only
     # grow, and every reader ends on the same last message.
-    assert max(len(r.events) for r in readers) > 10
+    assert max(len(r.message_events) for r in readers) > 10
     contents: dict[str, str] = {}
     for reader in readers:
         assert reader.indexes == sorted(set(reader.indexes))
-        for event in reader.events:
-            if event.id:
-                assert contents.setdefault(event.id, event.data) == event.data
-    assert len({(r.events[-1].id, r.events[-1].data) for r in readers}) == 1
+        for event in reader.message_events:
+            assert contents.setdefault(event.id, event.data) == event.data
+        assert reader.terminal("stream_status") == {"reason": "done"}
+    assert len({(r.message_events[-1].id, r.message_events[-1].data) for r in readers}) == 1
 
 
 async def test_a_reader_joining_mid_turn_gets_the_newest_state_then_the_rest(
@@ -109,10 +112,11 @@ async def test_a_reader_joining_mid_turn_gets_the_newest_state_then_the_rest(
     # One event brings the late reader up to date (the newest cumulative message,
     # not a replay of every one before it), then it sees what the original sees.
     assert late.indexes[0] > 0
-    by_id = {e.id: e.data for e in original}
-    assert all(by_id.get(e.id) == e.data for e in late.events)
-    assert late.events[-1].data == original[-1].data
-    assert len(late.events) < len(original)
+    original_messages = [e for e in original if e.event == "new_message"]
+    by_id = {e.id: e.data for e in original_messages}
+    assert all(by_id.get(e.id) == e.data for e in late.message_events)
+    assert late.message_events[-1].data == original_messages[-1].data
+    assert len(late.message_events) < len(original_messages)
 
 
 async def _collect(events: AsyncIterator[SSEEvent]) -> list[SSEEvent]:
@@ -124,22 +128,23 @@ async def test_start_index_and_last_event_id_resume_where_the_client_was(
 ) -> None:
     whole = await read_stream(client, "POST", "/chat/stream?tenant=t", json=turn_body("Resume"))
     message_id = whole.message_id
-    final = whole.events[-1]
+    final = whole.message_events[-1]
     # The turn is over: only its final message is kept, and a client that has
     # not seen it gets it, whether it says where it was by index or by id.
     by_index = await read_stream(client, "GET", f"/chat/stream/{message_id}?tenant=t&start_index=5")
-    assert by_index.events == [final]
+    assert by_index.message_events == [final]
     by_header = await read_stream(
         client,
         "GET",
         f"/chat/stream/{message_id}?tenant=t",
         headers={"Last-Event-ID": f"{message_id}:5"},
     )
-    assert by_header.events == [final]
+    assert by_header.message_events == [final]
     up_to_date = await read_stream(
         client, "GET", f"/chat/stream/{message_id}?tenant=t", headers={"Last-Event-ID": final.id}
     )
-    assert up_to_date.events == []
+    assert up_to_date.message_events == []
+    assert up_to_date.terminal("stream_status") == {"reason": "done"}
 
 
 async def test_the_producer_finishes_when_every_reader_has_gone(

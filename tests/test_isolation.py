@@ -151,7 +151,7 @@ async def test_another_user_cannot_cancel_a_running_turn(client: httpx2.AsyncCli
         await client.delete(f"/chat/stream/{message_id}?tenant=t", headers=BOB)
     ).status_code in (REFUSED | {400})
     await read.finished()
-    assert read.verdict() is None  # a clean live close: nobody cancelled it
+    assert read.verdict() == "done"  # nobody cancelled it
     reference = await read_stream(
         client, "POST", "/chat/stream?tenant=t", json=_body("Go on", _session()), headers=ALICE
     )
@@ -177,7 +177,7 @@ async def test_another_user_cannot_cancel_or_attach_a_stateless_turn(
     peek = await read_stream(client, "GET", url, headers=BOB)
     assert peek.status_code in REFUSED and not peek.messages
     await read.finished()
-    assert read.verdict() is None
+    assert read.verdict() == "done"
 
 
 async def test_a_shared_conversation_is_readable_but_not_writable(
@@ -225,7 +225,7 @@ async def test_a_shared_conversation_is_readable_but_not_writable(
     assert cancel.status_code == 403
     await live.finished()
     await watch.finished()
-    assert live.verdict() is None
+    assert live.verdict() == "done"
     assert watch.status_code == 200 and watch.messages[-1] == live.messages[-1]
 
     after = (await client.get(f"/conversations/{session}?tenant=t", headers=ALICE)).json()

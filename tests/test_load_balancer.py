@@ -63,14 +63,15 @@ async def test_the_load_balancer_balances_pins_and_streams_without_buffering(
         pinned = await http.get(f"{front}/probes/ready", headers={PIN_HEADER: "r2"})
         assert pinned.headers[SERVER_HEADER] == "r2"
 
-        # Each message reaches the client as it is written (40 a second), not in
-        # batches: HAProxy holds nothing back.
+        # Each message reaches the client as the server sends it (its delta-mode
+        # stream: at most one every 0.125 s), not in batches: HAProxy holds
+        # nothing back.
         async with AsyncTetherClient(front, tenant="t", requester_uuid="ivy") as client:
             arrivals = []
             async for _ in client.stream(agent_identifier="plain", message=PROMPT):
                 arrivals.append(time.monotonic())
         gaps = sorted(b - a for a, b in pairwise(arrivals))
-        assert gaps[len(gaps) // 2] < 0.1, gaps
+        assert gaps[len(gaps) // 2] < 0.25, gaps
 
 
 async def test_the_client_recovers_through_the_load_balancer_while_its_replica_is_killed(
@@ -93,7 +94,7 @@ async def test_the_client_recovers_through_the_load_balancer_while_its_replica_i
             async with client.stream(agent_identifier="plain", message=PROMPT) as turn:
                 async for update in turn:
                     updates.append(update)
-                    if len(updates) == 20:
+                    if len(updates) == 10:
                         # The load balancer says which replica streams the answer.
                         name = turn.connections[0].headers[SERVER_HEADER.lower()]
                         killed = next(r for r in cluster.replicas if r.name == name)

@@ -178,11 +178,13 @@ async def _reference(
         json=_body(content, session, agent),
     )
     assert read.status_code == 201
-    # A crash-free reference must end by a clean live close (done). If it does
-    # not, say how it ended: a rare CI failure here once left no answer and no
-    # server log line, and the verdict is what tells a fence from an error.
-    ended = read.terminal("stream_status") or read.terminal("error")
-    assert ended is None, f"the reference turn ended {ended}; last events {read.events[-2:]}"
+    # A crash-free reference must end done. If it does not, say how it ended:
+    # a rare CI failure here once left no answer and no server log line, and
+    # the verdict is what tells a fence from an error.
+    ended = read.terminal("error") or read.terminal("stream_status")
+    assert ended == {"reason": "done"}, (
+        f"the reference turn ended {ended}; last events {read.events[-2:]}"
+    )
     answers = _bot_answers(await _transcript(client, replicas.two.url, session))
     assert answers, f"the reference turn streamed {len(read.messages)} messages but left no answer"
     return answers
@@ -287,7 +289,7 @@ async def test_sigkill_then_resume_on_another_replica(
     assert recorded is None or recorded.message_id == read.message_id
     resumed = await _resume(client, two, read.message_id, session)
     assert resumed.status_code == 201
-    assert resumed.messages and resumed.verdict() is None  # a clean live close
+    assert resumed.messages and resumed.verdict() == "done"
     # The resumed stream starts from what clients last saw and never shrinks,
     # even though the checkpoint it restarted from is older than the recording.
     if recorded is not None:

@@ -78,7 +78,7 @@ async def test_a_killed_producers_turn_finishes_on_the_survivor_with_no_client(
         api = TetherAPI(http, "plain")
         a, b = cluster.replicas
         crash_free = api.start_turn(b.url, b.name, PROMPT, f"ref-{uuid.uuid4().hex[:8]}")
-        assert await crash_free.ended(60) and crash_free.describe_end() == "closed"
+        assert await crash_free.ended(60) and crash_free.describe_end() == "done"
         reference = (crash_free.messages[-1].message or {})["content"]
 
         session = f"s-{uuid.uuid4().hex[:10]}"
@@ -206,7 +206,7 @@ async def test_a_stopped_producer_holds_its_lock_and_keeps_its_turn(
                     held = scrape(b.url).value("tether_presence_tests_total", verdict="held")
         finally:
             a.send(signal.SIGCONT)
-        assert await direct.ended(30) and direct.describe_end() == "closed"
+        assert await direct.ended(30) and direct.describe_end() == "done"
         assert scrape(b.url).value("tether_takeovers_total") == 0
         status = await api.status(b.url, session)
         assert status is not None and status.status == "done"

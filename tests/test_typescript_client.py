@@ -187,6 +187,23 @@ async def test_the_client_queues_interrupts_and_follows_queued_turns(
             raise
 
 
+@pytest.mark.processes
+@pytest.mark.timeout(NODE_TIMEOUT + 60)
+async def test_the_client_reads_deltas_and_never_goes_backwards(node: str, tmp_path: Path) -> None:
+    """Two replicas: the client's streams are delta-mode and its messages
+    whole; an answer that goes backwards (the rewinder agent, staged by the
+    test) is not shown, and the updates dropped are counted."""
+    cluster, tool_log = _cluster(tmp_path, 2, {})
+    async with cluster:
+        env = _replicas_env(cluster, tool_log)
+        try:
+            await asyncio.to_thread(_run_node, node, ["test/delta.test.js"], env)
+        except AssertionError:
+            for replica in cluster.replicas:
+                print(f"--- {replica.name}\n{replica.log_tail()}")
+            raise
+
+
 async def test_the_chat_page_imports_the_clients_own_modules() -> None:
     """One implementation: the page's modules import the package's, which
     ``tether serve`` serves from the Python package (no Node needed)."""

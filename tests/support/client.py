@@ -22,8 +22,12 @@ class StreamRead:
     events: list[SSEEvent] = field(default_factory=list)
 
     @property
+    def message_events(self) -> list[SSEEvent]:
+        return [e for e in self.events if e.event == "new_message"]
+
+    @property
     def messages(self) -> list[dict[str, Any]]:
-        return [json.loads(e.data) for e in self.events if e.event == "new_message"]
+        return [json.loads(e.data) for e in self.message_events]
 
     @property
     def indexes(self) -> list[int]:

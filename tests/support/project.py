@@ -19,7 +19,8 @@ def make_project(
 ) -> Path:
     """A project with agents ``writer`` (long-writer shape: a calculator call after
     ``tool_call_after_chunks``), ``plain`` (the same without the tool), ``outliner``
-    (the resumable-dependency example of docs/writing-agents.md), ``broken`` (fails after three
+    (the resumable-dependency example of docs/writing-agents.md), ``rewinder`` (an
+    answer that goes backwards, step by step as the test says), ``broken`` (fails after three
     messages), ``poison`` (SIGKILLs its own replica after three), and
     ``calls-send_note`` / ``calls-fetch_note`` (a writing / reading tool call that
     SIGKILLs its replica in the middle of its first attempt)."""
@@ -46,6 +47,7 @@ def make_project(
             "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
         },
         {"agent_identifier": "outliner", "agent_name": "outliner"},
+        {"agent_identifier": "rewinder", "agent_name": "rewinder"},
         {
             "agent_identifier": "broken",
             "agent_name": "broken",

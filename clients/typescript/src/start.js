@@ -18,6 +18,7 @@ import {
   TetherHttpError,
   TurnOutcomeUnknownError,
 } from "./errors.js";
+import { STREAM_MODE } from "./held.js";
 import { passing, pause } from "./retry.js";
 import { openStream } from "./stream.js";
 
@@ -55,6 +56,7 @@ export async function sendTurn(client, turn) {
         "start",
         (signal) =>
           client.replicas.request("POST", "/chat/stream", {
+            params: { stream_mode: STREAM_MODE },
             body: turn.body,
             signal,
             onlyIfRefused: true,

@@ -3,6 +3,7 @@
 // sorted into messages and how the stream ended.
 
 import { TetherError } from "./errors.js";
+import { applyEvent } from "./held.js";
 import { readEvents } from "./sse.js";
 
 /** @import { ChatMessage, StreamFailure } from "./types.js" */
@@ -68,6 +69,8 @@ export async function* readStream(stream, idleMs) {
   let reason = null;
   /** @type {StreamFailure | null} */
   let error = null;
+  /** @type {ChatMessage | null} the message this stream's events make so far */
+  let held = null;
   const body = stream.response.body;
   if (body === null) return { kind: "broken", error: new TetherError("the stream has no body") };
   // A connection that goes silent (a dead network sends no reset) is broken:
@@ -82,7 +85,10 @@ export async function* readStream(stream, idleMs) {
   try {
     for await (const event of readEvents(body, { onBytes: alive })) {
       if (event.event === "new_message") {
-        const message = /** @type {ChatMessage} */ (JSON.parse(event.data));
+        // Whole, or (stream_mode=delta) the text appended to the one before.
+        const message = applyEvent(held, JSON.parse(event.data));
+        if (message === null) continue;
+        held = message;
         yield { type: "message", eventId: event.id, message };
       } else if (event.event === "queued") {
         const said = JSON.parse(event.data);

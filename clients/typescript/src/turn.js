@@ -28,6 +28,7 @@ import {
   TetherError,
   TurnFailedError,
 } from "./errors.js";
+import { goesBackwards, STREAM_MODE, takenBack } from "./held.js";
 import { passing, pause } from "./retry.js";
 import { sendTurn } from "./start.js";
 import { openStream, parseEventId, readStream } from "./stream.js";
@@ -48,6 +49,8 @@ const MESSAGE_ID_HEADER = "X-Tether-Message-Id";
  *   occupies the conversation
  * @property {string | null} [agent]  needed to resume; looked up in the conversation when not given
  * @property {string | null} [lastEventId]  continue after this event (`<message_id>:<index>`)
+ * @property {ChatMessage | null} [shown]  what the caller shows of the turn as of
+ *   `lastEventId` (a reloaded page): no update may take text back from it
  * @property {AbortSignal} [signal]  aborting it is `close()`
  * @property {boolean} [recoverable]  default true; false for a turn started with
  *   `stateful: false`, which no status knows and no replica can resume
@@ -87,6 +90,8 @@ export class Turn {
   #agent;
   /** @type {string | null} the Last-Event-ID given, applied once the turn it names is followed */
   #after;
+  /** @type {ChatMessage | null} what the caller shows as of `#after` */
+  #shownAfter;
   #recoverable;
 
   /**
@@ -106,6 +111,11 @@ export class Turn {
     this.lastEventId = null;
     /** The answer so far. @type {ChatMessage | null} */
     this.message = null;
+    /**
+     * Updates not shown because their text does not extend the answer so far
+     * (shorter, or other text), and the characters they would have taken back.
+     */
+    this.dropped = { updates: 0, characters: 0 };
     /** The replica of the stream being read. @type {string | null} */
     this.url = null;
     /**
@@ -126,6 +136,7 @@ export class Turn {
     this.outcome = null;
     this.#agent = options.agent ?? null;
     this.#after = options.lastEventId ?? null;
+    this.#shownAfter = options.shown ?? null;
     this.#recoverable = options.recoverable ?? true;
     if (options.messageId) this.#adopt(options.messageId);
     const signal = options.signal;
@@ -286,7 +297,9 @@ export class Turn {
           /** @type {RecoveryCause} */
           let cause = "interrupted";
           if (outcome.kind === "broken") cause = "disconnected";
-          if (outcome.kind === "verdict") cause = outcome.reason === "dead" ? "dead" : "gone";
+          if (outcome.kind === "verdict" && outcome.reason !== "interrupted") {
+            cause = outcome.reason === "dead" ? "dead" : "gone";
+          }
           yield { type: "recovering", cause, error: outcome.error };
           if (outcome.kind === "broken") this.client.replicas.skip(this.url ?? "");
         }
@@ -382,7 +395,7 @@ export class Turn {
   #attach(url) {
     const messageId = /** @type {string} */ (this.messageId);
     return this.#open("attach", url, "GET", `/chat/stream/${encodeURIComponent(messageId)}`, {
-      params: { session_id: this.sessionId },
+      params: { session_id: this.sessionId, stream_mode: STREAM_MODE },
       headers: this.lastEventId ? { "Last-Event-ID": this.lastEventId } : {},
     });
   }
@@ -396,7 +409,7 @@ export class Turn {
       this.#agent = conversation.agent_identifier;
     }
     return this.#open("resume", url, "POST", "/chat/stream", {
-      params: { resume: "true", message_id: this.messageId },
+      params: { resume: "true", message_id: this.messageId, stream_mode: STREAM_MODE },
       body: {
         agent_identifier: this.#agent,
         stateful: true,
@@ -450,6 +463,15 @@ export class Turn {
         const { eventId, message } = item;
         const index = this.#accept(eventId);
         if (index === null) continue;
+        const shown = this.message;
+        if (shown !== null && goesBackwards(shown, message)) {
+          // Never take text back from the screen (defence in depth: the
+          // server shows only what a takeover continues from).
+          this.dropped.updates += 1;
+          this.dropped.characters += takenBack(shown, message);
+          yield { type: "dropped", message, shown, eventId, index };
+          continue;
+        }
         this.message = message;
         yield { type: "message", message, eventId, index };
       }
@@ -488,6 +510,8 @@ export class Turn {
     this.#lastIndex = after.index;
     this.lastEventId = this.#after;
     this.#after = null;
+    // The caller shows this much already: the guard holds from there.
+    this.message = this.#shownAfter;
     // Part of it was read before: its end must be read too, not assumed.
     this.#followed = true;
   }

@@ -240,9 +240,10 @@ describe("double texting", { skip: NEEDS_REPLICAS }, () => {
   test("an interrupting message starts at once; the partial answer is kept", async () => {
     const [one, two] = REPLICAS;
     const user = `interrupt-${Date.now()}`;
-    // Past a recording flush (every 0.5 s): the partial answer an interrupt
-    // keeps is what was recorded, as for any cancel from another replica.
-    const { turn: first, reading } = await running(clientOf(one.url, { user }), 40);
+    // Past a recording flush (every 0.5 s; the delta-mode stream brings at
+    // most one message per 0.125 s): the partial answer an interrupt keeps is
+    // what was recorded, as for any cancel from another replica.
+    const { turn: first, reading } = await running(clientOf(one.url, { user }), 8);
     const other = clientOf(two.url, { user });
     const turn = await other.startTurn({
       agent: "plain",

@@ -43,15 +43,19 @@ export class TetherClient {
      * with `none` when the conversation has had no turn). Nothing is asked
      * before the Turn is read.
      * @param {string} sessionId
-     * @param {{messageId?: string, lastEventId?: string | null, agent?: string} & CallOptions} [options]
+     * @param {{messageId?: string, lastEventId?: string | null, agent?: string,
+     *   shown?: ChatMessage | null} & CallOptions} [options]
      *   `messageId`: only that turn; `lastEventId`: continue after it, if it is
-     *   an event of the turn found; `agent`: to resume with (else looked up)
+     *   an event of the turn found; `shown`: what the caller shows of it as of
+     *   `lastEventId` (no update may take text back from it); `agent`: to
+     *   resume with (else looked up)
      * @returns {Turn}
      */
     follow(sessionId: string, options?: {
         messageId?: string;
         lastEventId?: string | null;
         agent?: string;
+        shown?: ChatMessage | null;
     } & CallOptions): Turn;
     /**
      * Which turn occupies the conversation, and its verdict, with the turns

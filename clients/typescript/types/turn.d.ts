@@ -5,6 +5,8 @@
  *   occupies the conversation
  * @property {string | null} [agent]  needed to resume; looked up in the conversation when not given
  * @property {string | null} [lastEventId]  continue after this event (`<message_id>:<index>`)
+ * @property {ChatMessage | null} [shown]  what the caller shows of the turn as of
+ *   `lastEventId` (a reloaded page): no update may take text back from it
  * @property {AbortSignal} [signal]  aborting it is `close()`
  * @property {boolean} [recoverable]  default true; false for a turn started with
  *   `stateful: false`, which no status knows and no replica can resume
@@ -39,6 +41,14 @@ export class Turn {
     lastEventId: string | null;
     /** The answer so far. @type {ChatMessage | null} */
     message: ChatMessage | null;
+    /**
+     * Updates not shown because their text does not extend the answer so far
+     * (shorter, or other text), and the characters they would have taken back.
+     */
+    dropped: {
+        updates: number;
+        characters: number;
+    };
     /** The replica of the stream being read. @type {string | null} */
     url: string | null;
     /**
@@ -96,6 +106,11 @@ export type TurnOptions = {
      * continue after this event (`<message_id>:<index>`)
      */
     lastEventId?: string | null | undefined;
+    /**
+     * what the caller shows of the turn as of
+     * `lastEventId` (a reloaded page): no update may take text back from it
+     */
+    shown?: ChatMessage | null | undefined;
     /**
      * aborting it is `close()`
      */

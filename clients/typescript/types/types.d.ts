@@ -194,6 +194,8 @@ export type RecoveryCause = "disconnected" | "unreachable" | "unavailable" | "de
  *   (1: next); its messages come once it starts;
  * - `message`: the answer so far (cumulative), with its stream id and index
  *   (both null for a final message read from the transcript);
+ * - `dropped`: an update not shown, for its text does not extend the answer
+ *   shown so far (`shown`): shorter, or other text (counted in `Turn.dropped`);
  * - `recovering`: the stream is over without a verdict; the client looks again;
  * - `end`: the last event.
  */
@@ -213,6 +215,12 @@ export type TurnEvent = {
     message: ChatMessage;
     eventId: string | null;
     index: number | null;
+} | {
+    type: "dropped";
+    message: ChatMessage;
+    shown: ChatMessage;
+    eventId: string;
+    index: number;
 } | {
     type: "recovering";
     cause: RecoveryCause;

@@ -1,9 +1,14 @@
 """SSE framing of a turn (design §3).
 
 Each event is ``event: new_message`` with ``id: <message_id>:<index>`` and the
-whole cumulative ChatMessage as data. A stream that ends any other way than a
-clean live close says why in ``event: stream_status``; errors after the 201 are
-``event: error`` with a code.
+message as data, whole or as the text appended (``tether.api.stream_mode``).
+Every stream, POST or GET, ends with ``event: stream_status`` saying how:
+``done``, ``errored``, ``cancelled``, ``dead`` (resume elsewhere), ``gone``
+(another producer has the turn; ask the status) or ``interrupted`` (this
+stream stopped, the turn did not: attach again). A reader of the seed's SDK
+that knows none of this sees one more event after the answer and skips it, as
+it skips any event type it does not know. Errors after the 201 are ``event:
+error`` with a code, before the ``stream_status``.
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ from collections.abc import AsyncIterator
 
 from sse_starlette import ServerSentEvent
 
+from tether.api.coalescing import coalesce
+from tether.api.stream_mode import MessageEncoder, StreamMode
 from tether.api.validation_errors import invalid_request
 from tether.domain.store_errors import StoreUnavailableError
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 logger = logging.getLogger(__name__)
 
+INTERRUPTED = "interrupted"
+"""The verdict of a stream that stopped while its turn goes on."""
 MAX_START_INDEX = 10**9
 """The largest index an attach may start from, by ``start_index`` or ``Last-Event-ID``."""
 _INDEX = re.compile(r"[0-9]{1,10}")
@@ -46,40 +55,28 @@ def parse_last_event_id(value: str | None, message_id: str) -> int | None:
     return int(index) + 1
 
 
-def message_event(message_id: str, event: StreamEvent) -> ServerSentEvent:
-    return ServerSentEvent(
-        data=event.message.model_dump_json(exclude_none=True),
-        event="new_message",
-        id=f"{message_id}:{event.index}",
-    )
-
-
-def end_events(end: StreamEnd, *, live: bool) -> list[ServerSentEvent]:
-    """What closes a stream: nothing for a clean live close, else the verdict."""
+def end_events(end: StreamEnd) -> list[ServerSentEvent]:
+    """What closes a stream: the error of an errored turn, then the verdict."""
     events: list[ServerSentEvent] = []
     if end.reason == "errored":
-        events.append(
-            ServerSentEvent(
-                data=json.dumps({"code": end.error_code, "message": end.error_message}),
-                event="error",
-            )
-        )
-    if not (live and end.reason == "done"):
-        events.append(
-            ServerSentEvent(data=json.dumps({"reason": end.reason}), event="stream_status")
-        )
+        events.append(error_event(end.error_code or "INTERNAL", end.error_message or ""))
+    events.append(status_event(end.reason))
     return events
 
 
 async def frame(
-    message_id: str, source: AsyncIterator[StreamEvent | StreamEnd], *, live: bool
+    message_id: str,
+    source: AsyncIterator[StreamEvent | StreamEnd],
+    mode: StreamMode = StreamMode.CUMULATIVE,
 ) -> AsyncIterator[ServerSentEvent]:
+    encoder = MessageEncoder(message_id, mode)
+    paced = coalesce(source) if mode is StreamMode.DELTA else None
     try:
-        async for item in source:
+        async for item in paced or source:
             if isinstance(item, StreamEvent):
-                yield message_event(message_id, item)
+                yield encoder.encode(item)
             else:
-                for event in end_events(item, live=live):
+                for event in end_events(item):
                     yield event
                 return
     except StoreUnavailableError:
@@ -87,6 +84,15 @@ async def frame(
         # stores went away tells its client to ask again (the turn lives on).
         logger.warning("turn %s: stores unavailable while following", message_id)
         yield error_event("STORE_UNAVAILABLE", "a store is unavailable; attach again shortly")
+        yield status_event(INTERRUPTED)
+    finally:
+        if paced is not None:
+            # A reader that left stops the pacing's own read of the turn now.
+            await paced.aclose()
+
+
+def status_event(reason: str) -> ServerSentEvent:
+    return ServerSentEvent(data=json.dumps({"reason": reason}), event="stream_status")
 
 
 def error_event(code: str, message: str) -> ServerSentEvent:

@@ -31,6 +31,7 @@ from tether.client.errors import (
     TetherHTTPError,
     error_from_response,
 )
+from tether.client.held_message import STREAM_MODE
 from tether.client.models import (
     Conversation,
     ConversationPage,
@@ -164,6 +165,7 @@ class AsyncTetherClient:
             bot_params=bot_params,
             conversation_context=conversation_context,
             multitask_strategy=multitask_strategy,
+            stream_mode=STREAM_MODE,
         )
         driver = self._driver(
             TurnState(session_id=session),

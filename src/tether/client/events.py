@@ -1,8 +1,11 @@
 """A turn's stream as typed events, decoded from its server-sent events (design §3).
 
 ``new_message`` carries the whole cumulative message with ``id:
-<message_id>:<index>``; ``stream_status`` says why a stream ended other than by
-a clean live close; ``error`` is a failure after the 201; ``queued`` opens the
+<message_id>:<index>`` (or, on a ``stream_mode=delta`` stream, after its first
+event, ``{"index", "delta"}``: ``held_message`` rebuilds the message);
+``stream_status`` says how the stream ended (every stream ends with one; a
+server of an older release sent none after a clean live close); ``error`` is
+a failure after the 201; ``queued`` opens the
 202 answer to ``multitask_strategy="enqueue"`` on a busy conversation. Anything
 else (a comment, an event type from a newer server) decodes to None and is
 skipped.
@@ -19,7 +22,8 @@ from tether.client.sse import SSEEvent
 
 @dataclass(frozen=True)
 class MessageEvent:
-    """``new_message``: the answer so far, at ``index`` of the turn's stream."""
+    """``new_message``: the answer so far, or the text appended to it, at
+    ``index`` of the turn's stream."""
 
     event_id: str
     message_id: str

@@ -88,7 +88,8 @@ class TurnUpdate:
     message_id: str
     session_id: str
     data: dict[str, Any] = field(repr=False)
-    """The message as the server sent it."""
+    """The message as JSON: the whole message, also where the server sent only
+    the text appended (``stream_mode=delta``)."""
 
     @property
     def content(self) -> str:

@@ -13,6 +13,8 @@ import httpx2
 
 from tether.client.errors import TetherHTTPError
 from tether.client.events import ErrorEvent
+from tether.client.held_message import taken_back
+from tether.client.models import TurnUpdate
 from tether.client.sse import SSEEvent
 
 
@@ -45,7 +47,13 @@ class Connection:
 
 class TurnObserver:
     """Hears every connection a turn's client opens and every event on it, as
-    they happen (the crash test keeps them as evidence). Does nothing here."""
+    they happen (the crash test keeps them as evidence). Does nothing here
+    but count the updates the client dropped."""
+
+    dropped_updates: int = 0
+    """Updates not shown because they would have taken text back."""
+    dropped_characters: int = 0
+    """What they would have taken back, in characters of the text shown."""
 
     def opened(self, connection: Connection) -> None:
         """A request is about to be sent."""
@@ -58,3 +66,10 @@ class TurnObserver:
 
     def closed(self, connection: Connection) -> None:
         """It is over (ended, refused, broken, or given up)."""
+
+    def dropped(self, connection: Connection, update: TurnUpdate, shown: TurnUpdate) -> None:
+        """``update`` arrived on ``connection`` and was not shown: its text does
+        not extend ``shown`` (it is shorter, or says something else). Counted
+        here; an override calls ``super().dropped`` to keep the counts."""
+        self.dropped_updates += 1
+        self.dropped_characters += taken_back(shown.message, update.message)

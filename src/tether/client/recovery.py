@@ -1,7 +1,8 @@
 """Following one turn to its end, whatever happens to its connection or its replica.
 
-A stream can end four ways: with the answer (a clean live close, or
-``stream_status: done``), ``cancelled``, ``errored``, or without the answer:
+A stream can end four ways: with the answer (``stream_status: done``, or a
+clean live close from a server of an older release), ``cancelled``,
+``errored``, or without the answer:
 the connection broke, a replica answered 5xx, or the stream ended ``dead`` or
 ``gone``. In the last case the client does what "What a client does when it
 lands on a conversation" (docs/deployment/model.md) says, on any replica:
@@ -62,6 +63,7 @@ from tether.client.errors import (
     error_from_response,
 )
 from tether.client.events import ErrorEvent, MessageEvent, QueuedEvent, StatusEvent, decode
+from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards
 from tether.client.models import Conversation, StreamStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent, iter_sse
@@ -261,9 +263,10 @@ class TurnDriver:
                         # its ``queued`` event, which says where it waits.
                         self._accepted = True
                         yield ACCEPTED
+                streamed = StreamedMessage()
                 async for sse in iter_sse(response):
                     observer.received(connection, sse)
-                    update = self._apply(connection, sse)
+                    update = self._apply(connection, sse, streamed)
                     if update is not None:
                         yield update
         except httpx2.TransportError as failure:
@@ -277,7 +280,9 @@ class TurnDriver:
                 # recovery bound counts from the end of it.
                 self._progress()
 
-    def _apply(self, connection: Connection, sse: SSEEvent) -> TurnUpdate | Accepted | None:
+    def _apply(
+        self, connection: Connection, sse: SSEEvent, streamed: StreamedMessage
+    ) -> TurnUpdate | Accepted | None:
         event = decode(sse)
         state = self.state
         if isinstance(event, QueuedEvent):
@@ -296,14 +301,22 @@ class TurnDriver:
                 state.message_id = event.message_id
             if event.message_id != state.message_id:
                 return None
+            # Every event counts for the stream's message, shown or not: a
+            # delta applies to the one before it.
+            message = streamed.apply(event.data)
             if event.index is not None and state.last_index is not None:
                 if event.index <= state.last_index:
                     return None  # seen already: never show anything twice
             state.last_index = event.index if event.index is not None else state.last_index
             state.last_event_id = event.event_id
-            update = _update(event.data, event.index, event.event_id, state)
-            state.latest = update
             self._progress()
+            if message is None:
+                return None
+            update = _update(message, event.index, event.event_id, state)
+            if state.latest is not None and goes_backwards(state.latest.message, message):
+                self.observer.dropped(connection, update, state.latest)
+                return None
+            state.latest = update
             return update
         return None
 
@@ -465,6 +478,7 @@ class TurnDriver:
                     agent_identifier=agent,
                     message_id=state.message_id,
                     session_id=state.session_id,
+                    stream_mode=STREAM_MODE,
                 )
                 return route, url
         # Running (or dead, with no agent to resume it as: a replica will take
@@ -480,6 +494,7 @@ class TurnDriver:
             message_id=state.message_id,
             session_id=state.session_id,
             last_event_id=state.last_event_id,
+            stream_mode=STREAM_MODE,
         )
 
     def _waits(self, position: int | None) -> None:
@@ -527,8 +542,9 @@ class TurnDriver:
         state.outcome = "done"
         latest = state.latest
         if latest is None or latest.message != answer:
-            data = answer.model_dump(mode="json", exclude_none=True)
-            update = _update(data, None, None, state)
+            # The answer the conversation keeps, shown even where it does not
+            # extend what a stream showed: the transcript is what stays.
+            update = _update(answer, None, None, state)
             state.latest = update
             return update
         return None
@@ -608,13 +624,13 @@ def _is_ours(response: httpx2.Response) -> bool:
 
 
 def _update(
-    data: dict[str, Any], index: int | None, event_id: str | None, state: TurnState
+    message: ChatMessage, index: int | None, event_id: str | None, state: TurnState
 ) -> TurnUpdate:
     return TurnUpdate(
-        message=ChatMessage.model_validate(data),
+        message=message,
         index=index,
         event_id=event_id,
         message_id=state.message_id or "",
         session_id=state.session_id,
-        data=data,
+        data=message.model_dump(mode="json", exclude_none=True),
     )

@@ -50,11 +50,14 @@ def start(
     bot_params: dict[str, Any] | None = None,
     conversation_context: dict[str, Any] | None = None,
     multitask_strategy: str = "reject",
+    stream_mode: str | None = None,
 ) -> Route:
     """``POST /chat/stream``: a new turn; its last message is the user's new one.
     ``multitask_strategy`` says what to do when another turn occupies the
     conversation (reject: 409, enqueue: 202 and run after it, interrupt,
-    rollback); left out of the body when it is the default."""
+    rollback); left out of the body when it is the default. ``stream_mode``:
+    ``delta`` for events that carry only the text appended (None: the
+    server's default, cumulative)."""
     body: dict[str, Any] = {
         "agent_identifier": agent_identifier,
         "stateful": stateful,
@@ -67,10 +70,17 @@ def start(
         body["conversation_context"] = conversation_context
     if multitask_strategy != "reject":
         body["multitask_strategy"] = multitask_strategy
-    return Route("start", "POST", "/chat/stream", {"tenant": tenant}, body)
+    return Route("start", "POST", "/chat/stream", _mode({"tenant": tenant}, stream_mode), body)
 
 
-def resume(tenant: str, *, agent_identifier: str, message_id: str, session_id: str) -> Route:
+def resume(
+    tenant: str,
+    *,
+    agent_identifier: str,
+    message_id: str,
+    session_id: str,
+    stream_mode: str | None = None,
+) -> Route:
     """``POST /chat/stream?resume=true``: take over turn ``message_id`` once its
     producer is dead (409 while it lives, 410 once it has ended)."""
     body = {
@@ -80,11 +90,16 @@ def resume(tenant: str, *, agent_identifier: str, message_id: str, session_id: s
         "conversation": [],
     }
     params = {"tenant": tenant, "resume": "true", "message_id": message_id}
-    return Route("resume", "POST", "/chat/stream", params, body)
+    return Route("resume", "POST", "/chat/stream", _mode(params, stream_mode), body)
 
 
 def attach(
-    tenant: str, *, message_id: str, session_id: str | None, last_event_id: str | None = None
+    tenant: str,
+    *,
+    message_id: str,
+    session_id: str | None,
+    last_event_id: str | None = None,
+    stream_mode: str | None = None,
 ) -> Route:
     """``GET /chat/stream/{message_id}``: the turn's events after ``last_event_id``
     (all of them, the first holding the whole answer so far, without one)."""
@@ -92,7 +107,13 @@ def attach(
     if session_id:
         params["session_id"] = session_id
     headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
-    return Route("attach", "GET", f"/chat/stream/{message_id}", params, headers=headers)
+    path = f"/chat/stream/{message_id}"
+    return Route("attach", "GET", path, _mode(params, stream_mode), headers=headers)
+
+
+def _mode(params: dict[str, str], stream_mode: str | None) -> dict[str, str]:
+    """``params`` with ``stream_mode`` when one is asked for."""
+    return {**params, "stream_mode": stream_mode} if stream_mode else params
 
 
 def status(tenant: str, session_id: str) -> Route:

@@ -27,6 +27,7 @@ import httpx2
 
 from tether.client import routes
 from tether.client.events import ErrorEvent, MessageEvent, StatusEvent, decode
+from tether.client.held_message import StreamedMessage
 from tether.client.models import StreamStatus
 from tether.client.sse import SSEEvent, iter_sse
 from tether.crashtest.load_balancer import PIN_HEADER, SERVER_HEADER, HAProxy
@@ -75,6 +76,9 @@ class TurnReader:
         self.http_error: str | None = None
         self.error: str | None = None
         self.events: list[Received] = []
+        self._streamed = StreamedMessage()
+        """The message the stream's events make: a client's streams are
+        delta-mode, so an event may hold only the text appended."""
         self._task: asyncio.Task[None] | None = None
         self._responded = asyncio.Event()
         self._ended = asyncio.Event()
@@ -158,7 +162,11 @@ class TurnReader:
         now = time.monotonic()
         event = decode(SSEEvent(kind, event_id, data))
         if isinstance(event, MessageEvent):
-            self.events.append(Received(kind, now, event_id, event.index, message=event.data))
+            whole = self._streamed.apply(event.data)
+            message = event.data
+            if whole is not None and "delta" in event.data:
+                message = whole.model_dump(mode="json", exclude_none=True)
+            self.events.append(Received(kind, now, event_id, event.index, message=message))
         elif isinstance(event, StatusEvent):
             self.events.append(Received(kind, now, reason=event.reason))
         elif isinstance(event, ErrorEvent):

@@ -26,6 +26,7 @@ from tether.api.ids import (
     TenantQuery,
 )
 from tether.api.sse import MAX_START_INDEX, frame, parse_last_event_id
+from tether.api.stream_mode import StreamMode, StreamModeQuery
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.handlers.chat_handler import ChatHandler
@@ -145,8 +146,10 @@ async def chat_stream(
     message_id: Annotated[
         str | None, Query(min_length=1, max_length=MAX_ID_LENGTH, pattern=ID_PATTERN)
     ] = None,
+    stream_mode: StreamModeQuery = StreamMode.CUMULATIVE,
 ) -> EventSourceResponse:
     """Run a turn, streamed as SSE. ``resume=true&message_id=M`` takes over dead turn M.
+    ``stream_mode=delta``: after the first, events carry only the text appended.
 
     With ``multitask_strategy=enqueue`` on a busy conversation the answer is a
     202 at once, naming the queued turn (header and a first ``queued`` event),
@@ -160,10 +163,10 @@ async def chat_stream(
     else:
         started = await _start(handler, chat_request)
         if isinstance(started, Ticket):
-            return await _queued_stream(handler, chat_request, started)
+            return await _queued_stream(handler, chat_request, started, stream_mode)
         turn = started
     return EventSourceResponse(
-        frame(turn.message_id, turn.buffer.follow(0), live=True),
+        frame(turn.message_id, turn.buffer.follow(0), stream_mode),
         status_code=201,
         headers={MESSAGE_ID_HEADER: turn.message_id},
         shutdown_grace_period=SHUTDOWN_GRACE_SECONDS,
@@ -171,7 +174,7 @@ async def chat_stream(
 
 
 async def _queued_stream(
-    handler: ChatHandler, chat_request: ChatRequest, ticket: Ticket
+    handler: ChatHandler, chat_request: ChatRequest, ticket: Ticket, mode: StreamMode
 ) -> EventSourceResponse:
     events, _ = await handler.attach(
         chat_request.tenant,
@@ -186,7 +189,7 @@ async def _queued_stream(
             data=json.dumps({"message_id": ticket.message_id, "position": ticket.position}),
             event="queued",
         )
-        async for event in frame(ticket.message_id, events, live=False):
+        async for event in frame(ticket.message_id, events, mode):
             yield event
 
     return EventSourceResponse(
@@ -229,17 +232,19 @@ async def chat_stream_attach(
     session_id: OptionalSessionQuery = None,
     start_index: Annotated[int, Query(ge=0, le=MAX_START_INDEX)] = 0,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    stream_mode: StreamModeQuery = StreamMode.CUMULATIVE,
 ) -> EventSourceResponse:
-    """Attach to a turn: every event from ``start_index`` (or after ``Last-Event-ID``)."""
+    """Attach to a turn: every event from ``start_index`` (or after ``Last-Event-ID``).
+    ``stream_mode=delta``: after the first, events carry only the text appended."""
     resumed_from = parse_last_event_id(last_event_id, message_id)
     if resumed_from is not None:
         start_index = resumed_from
     identity = request_identity(request)
-    events, live = await _handler(request).attach(
+    events, _ = await _handler(request).attach(
         tenant, identity.requester_uuid, session_id, message_id, start_index
     )
     return EventSourceResponse(
-        frame(message_id, events, live=live), shutdown_grace_period=SHUTDOWN_GRACE_SECONDS
+        frame(message_id, events, stream_mode), shutdown_grace_period=SHUTDOWN_GRACE_SECONDS
     )
 
 

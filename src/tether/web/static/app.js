@@ -311,6 +311,11 @@ function syncQueue(queue) {
   }
 }
 
+/** One more update of this answer kept off the screen (`data-dropped`). */
+function countDropped(bubble) {
+  bubble.dataset.dropped = String(Number(bubble.dataset.dropped ?? 0) + 1);
+}
+
 function hooks(open, me) {
   const current = () => page.open === open && page.follower === me();
   return {
@@ -340,17 +345,24 @@ function hooks(open, me) {
     },
     message(message) {
       if (!current() || !page.bubble) return;
-      page.latest = message;
       const shown = page.bubble.querySelector(".text").textContent;
       const content = message.content || "";
-      // A resumed turn starts again from its last recorded message, which can be
-      // behind what this tab had already shown; keep showing the longer text
-      // until the answer catches up, rather than flicker back.
-      if (content && content !== shown && shown.startsWith(content)) return;
+      // Never take text back from the screen: an update that does not extend
+      // what the bubble shows (shorter, or other text) is not shown, and
+      // counted on the bubble. The client drops these already; the page
+      // checks what it shows itself, whatever the client did.
+      if (!content.startsWith(shown)) {
+        countDropped(page.bubble);
+        return;
+      }
+      page.latest = message;
       const follow = nearBottom();
       fill(page.bubble, message);
       page.bubble.dataset.state = "streaming";
       if (follow) toBottom();
+    },
+    dropped() {
+      if (current() && page.bubble) countDropped(page.bubble);
     },
     queued(messageId, position) {
       if (!current()) return;

@@ -34,6 +34,8 @@ const RECOVERING = {
  * @property {(messageId: string, position: number | null) => void} queued
  *   the turn followed waits in the conversation's queue
  * @property {(message: object) => void} message   the answer so far
+ * @property {(message: object) => void} dropped   an update not shown: it would
+ *   have taken text back from the answer shown
  * @property {(state: string, words: string) => void} state   for the status line
  * @property {(words: string) => void} notice   something the page did that the user should know
  * @property {(reason: string, error: object | null, started: boolean) => Promise<void>} end
@@ -113,7 +115,9 @@ export class Follower {
     const { tenant, sessionId, agent } = this.conversation;
     const seen = loadSeen(tenant, sessionId);
     const lastEventId = seen?.eventId ?? null;
-    return this.#run(this.client.follow(sessionId, { agent, messageId, lastEventId }));
+    // What this tab showed at that event: the client takes no text back from it.
+    const shown = seen?.message ?? null;
+    return this.#run(this.client.follow(sessionId, { agent, messageId, lastEventId, shown }));
   }
 
   /** Cancel the turn being shown, from whichever replica serves the page. */
@@ -171,6 +175,9 @@ export class Follower {
             });
           }
           this.hooks.message(event.message);
+        } else if (event.type === "dropped") {
+          // The client kept an update off the screen: it would have taken text back.
+          this.hooks.dropped(event.message);
         } else if (event.type === "recovering") {
           const [state, words] = RECOVERING[event.cause] ?? RECOVERING.interrupted;
           this.hooks.state(state, words);

@@ -1,4 +1,5 @@
 """Agents for the real-process tests: the long-writer shape, with a counting tool,
-and the resumable-dependency example of docs/writing-agents.md."""
+the resumable-dependency example of docs/writing-agents.md, and an answer that
+goes backwards."""
 
-from . import outline, writer  # noqa: F401 - registers the agents
+from . import outline, rewinder, writer  # noqa: F401 - registers the agents
