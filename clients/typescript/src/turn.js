@@ -568,12 +568,20 @@ export class Turn {
       this.message = mine;
       yield { type: "message", message: mine, eventId: null, index: null };
     }
+    /** @type {StreamFailure | null} */
+    let failure = null;
+    if (mine) {
+      // The answer says how its turn ended: the verdict its stream would
+      // have told (after a clean close the status may have said "done" for
+      // a turn an interrupt ended).
+      ({ reason, failure } = endingOf(mine));
+    }
     if (reason === null && mine && messages.at(-1) === mine) {
       const last = conversation.conversation.last_turn_status;
       if (last === "complete") reason = "done";
       else if (last === "errored" || last === "cancelled") reason = last;
     }
-    yield this.#end(reason ?? "unknown", null);
+    yield this.#end(reason ?? "unknown", failure);
     return false;
   }
 
@@ -628,4 +636,26 @@ function retry(error) {
  */
 function isMissingTurn(error) {
   return error instanceof NotFoundError && error.code === "TURN_NOT_FOUND";
+}
+
+/**
+ * How a turn ended, as its answer in the transcript says: a `turn_error`
+ * context part for errored (with its code and message), `turn_cancelled`
+ * for cancelled, else done.
+ * @param {import("./types.js").ChatMessage} answer
+ * @returns {{reason: EndReason, failure: StreamFailure | null}}
+ */
+function endingOf(answer) {
+  for (const part of answer.content_parts ?? []) {
+    const context = /** @type {Record<string, any>} */ (part.context ?? {});
+    const error = context.turn_error;
+    if (error) {
+      return {
+        reason: "errored",
+        failure: { code: String(error.code ?? "ERRORED"), message: String(error.message ?? "") },
+      };
+    }
+    if (context.turn_cancelled === true) return { reason: "cancelled", failure: null };
+  }
+  return { reason: "done", failure: null };
 }

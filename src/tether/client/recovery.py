@@ -68,6 +68,7 @@ from tether.client.models import Conversation, StreamStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent, iter_sse
 from tether.domain.chat_message import ChatMessage
+from tether.handlers.turn_ends import ending_of
 
 RETRYABLE_STATUSES = frozenset({502, 503, 504})
 """Answers that say nothing about the turn, only that this replica (or the proxy)
@@ -539,7 +540,16 @@ class TurnDriver:
                 f"turn {state.message_id} is no longer known and left no answer",
                 message_id=state.message_id,
             )
-        state.outcome = "done"
+        # The answer says how its turn ended (``handlers.turn_ends``): the
+        # verdict its own stream would have told.
+        ending = ending_of(answer)
+        if ending.reason == "errored":
+            raise TurnFailedError(
+                ending.error_code or "ERRORED",
+                ending.error_message or "the turn ended errored",
+                message_id=state.message_id,
+            )
+        state.outcome = ending.reason
         latest = state.latest
         if latest is None or latest.message != answer:
             # The answer the conversation keeps, shown even where it does not

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.client.observer import TurnObserver
 from tether.crashtest.invariants import Violation
 from tether.domain.chat_message import ChatMessage
 from tether.handlers.turn_ends import ending_of
@@ -52,6 +53,11 @@ class TurnTrace:
     """What went wrong on the client's side (not a finding about the server)."""
     shown: list[str] = field(default_factory=list)
     """The turn's text at each update the client was given, in order."""
+    observer: TurnObserver = field(default_factory=TurnObserver)
+    """The client's observer of the turn (it counts what its guard dropped)."""
+    kept_off: int = 0
+    """Characters the server sent going backwards, which the client's guard
+    kept off the screen (``TurnObserver.dropped_characters``)."""
 
 
 def rewound(shown: Sequence[str]) -> int:
@@ -75,7 +81,7 @@ def check_conversation(
     messages after the round (None: the servers keep none)."""
     found: list[Violation] = []
     for turn in turns:
-        if (taken := rewound(turn.shown)) > 0:
+        if (taken := rewound(turn.shown) + turn.kept_off) > 0:
             found.append(
                 Violation(
                     "shown", f"turn {turn.message_id}: {taken} characters shown, then rewound"

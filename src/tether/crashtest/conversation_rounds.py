@@ -179,8 +179,10 @@ def _elsewhere(ctx: RoundContext, producer: Replica) -> list[str]:
 async def _follow(
     stream: TurnStream, trace: TurnTrace, *, after: int = 0, reached: asyncio.Event | None = None
 ) -> None:
-    """Follow the turn to its end, noting every text its client was shown;
-    ``reached`` is set once it was shown ``after`` updates (or it ended)."""
+    """Follow the turn to its end, noting every text its client was shown
+    and what the server sent that its guard kept off the screen (text going
+    backwards: the guard is defence in depth, the server must never send
+    it); ``reached`` is set once it was shown ``after`` updates (or it ended)."""
     try:
         async for update in stream:
             trace.message_id = update.message_id
@@ -196,6 +198,7 @@ async def _follow(
             trace.error = f"{type(error).__name__}: {error}"
     finally:
         trace.message_id = trace.message_id or stream.message_id
+        trace.kept_off = trace.observer.dropped_characters
         if reached is not None:
             reached.set()
 
@@ -206,10 +209,13 @@ async def _start_first(
     """The conversation's first turn, on the producer, until its client has
     ``fault.after_messages`` messages (or the turn ended)."""
     client = _client(ctx, [plan.producer.url, *_elsewhere(ctx, plan.producer)], bound)
-    stream = client.stream(
-        agent_identifier=ctx.api.agent, message=slot.prompt, session_id=slot.session_id
-    )
     first = TurnTrace(slot.prompt, "first")
+    stream = client.stream(
+        agent_identifier=ctx.api.agent,
+        message=slot.prompt,
+        session_id=slot.session_id,
+        observer=first.observer,
+    )
     slot.turns.append(first)
     reached = asyncio.Event()
     follow = _follow(stream, first, after=fault.after_messages, reached=reached)
@@ -239,6 +245,7 @@ async def _queue(
             message=slot.prompt,
             session_id=slot.session_id,
             multitask_strategy=fault.strategy,  # type: ignore[arg-type]
+            observer=second.observer,
         )
         slot.followers.append(asyncio.create_task(_follow(stream, second)))
 
@@ -264,7 +271,8 @@ async def _queue(
             "refused" if t.refused else str(t.outcome) for t in slot.turns
         )
         slot.result.notes += [
-            f"{t.strategy}: {len(t.shown)} updates, {rewound(t.shown)} characters rewound"
+            f"{t.strategy}: {len(t.shown)} updates, "
+            f"{rewound(t.shown) + t.kept_off} characters rewound"
             for t in slot.turns
         ]
 
