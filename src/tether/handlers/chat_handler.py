@@ -159,7 +159,7 @@ class ChatHandler:
         self.flusher = (
             RecordingFlusher(
                 stores.recording,
-                interval=settings.recording_flush_interval,
+                retry_interval=settings.recording_flush_interval,
                 on_batch=self.metrics.store_operation_seconds.labels(
                     "recording", backend_name(stores.recording), "put_many"
                 ).observe,

@@ -6,11 +6,18 @@ produces; every cumulative message goes to the live buffer), SEALING (the
 answer is persisted), then one verdict (in the supervision row, or, when a
 queued turn waits behind it, the row handed to that turn). Beside a running stateful turn, the
 replica's heartbeat batcher renews its lease every second, the replica's
-recording flusher writes its newest message at most every 0.5 s, and the
-turn's checkpointer saves every resumable dependency every 5 s and whenever a
-dependency asks. Every write goes through the turn's ``FencedWriter``; the
-first one a store refuses fences the turn: the agent is stopped and nothing
-more is written anywhere.
+recording flusher records each new message at once (batched with the other
+turns' while a batch is in flight), and the turn's checkpointer saves every
+resumable dependency every 5 s and whenever a dependency asks. Every write
+goes through the turn's ``FencedWriter``; the first one a store refuses fences
+the turn: the agent is stopped and nothing more is written anywhere.
+
+Shown implies kept: a recorded turn's readers, here (the live buffer) and on
+other replicas (the deltas), are handed a message only once the recording
+store accepted it. A message the agent yields waits as the turn's *produced*
+one until its put is acknowledged; a newer one replaces it meanwhile (readers
+then skip the older, as a slow reader does). So whatever a screen was shown, a
+successor that takes the turn over resumes from at least that text.
 """
 
 from __future__ import annotations
@@ -158,12 +165,16 @@ class Turn:
         self._holding_back = recorded
         # A taken-over turn's first new content ends the outage its clients saw.
         self._unmeasured_takeover = lease.takeover if lease is not None else None
-        self._first_flush: asyncio.Task[None] | None = None
+        # The newest message the agent yielded that readers were not handed
+        # yet: it waits for its recording put (``_written``).
+        self._produced: ChatMessage | None = None
+        self._produced_count = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._takeovers = 0
         self._marked_state: DependencyState | None = None
         self._resumables: list[ResumableAgentDependency] = []
         self._checkpoint_lock = asyncio.Lock()
-        self._flushed_index = -1
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
         self._dead_after = timedelta(seconds=settings.dead_after)
@@ -251,6 +262,7 @@ class Turn:
         finally:
             told = end or self._stop_reason or StreamEnd("dead")
             self.observed.ended(told.reason, told.error_code)
+            self._settled.set()
         self.buffer.close(end)
 
     async def _run(self) -> StreamEnd:
@@ -310,6 +322,7 @@ class Turn:
         """Stop producing now (a cancel, a fence, a drain); ``end`` is what readers hear."""
         if self._stop_reason is None:
             self._stop_reason = end
+        self._settled.set()  # nothing more is shown before the verdict
         if self._drive_task is not None and not self._drive_task.done():
             self._drive_task.cancel()
 
@@ -434,7 +447,7 @@ class Turn:
             ):
                 return
             self._holding_back = None
-        if self.buffer.next_index - self.buffer.first_index >= self._settings.max_turn_events:
+        if self._produced_count >= self._settings.max_turn_events:
             raise TurnLimitError(
                 "TURN_TOO_LONG",
                 f"the turn exceeded {self._settings.max_turn_events} streamed messages",
@@ -446,16 +459,40 @@ class Turn:
                 "session_id": self.context.session_id,
             }
         )
-        event = self.buffer.publish(stamped)
+        self._produced_count += 1
+        if self._records():
+            # Shown once recorded: the replica's next batch carries it.
+            assert self._flusher is not None
+            self._produced = stamped
+            self._settled.clear()
+            self._flusher.wake()
+            return
+        self._show(stamped)
+
+    async def settled(self) -> None:
+        """Wait until every message the agent yielded so far was shown, or
+        never will be (the turn was stopped or fenced, or it ended)."""
+        await self._settled.wait()
+
+    def _records(self) -> bool:
+        """Whether the turn's messages are recorded before readers see them (a
+        stateful turn with a recording store: one a successor can resume)."""
+        return (
+            self.context.stateful
+            and self._stores.recording is not None
+            and self._flusher is not None
+        )
+
+    def _show(self, message: ChatMessage) -> None:
+        """Hand ``message`` to the turn's readers: its live buffer's, and its
+        followers' on other replicas through the deltas."""
+        event = self.buffer.publish(message)
         self.observed.first_content()
         if self._deltas is not None:
             self._deltas.offer(self, event)
         if self._unmeasured_takeover is not None:
             taken, self._unmeasured_takeover = self._unmeasured_takeover, None
             self._metrics.takeover_produced(taken, self._clock())
-            # The outage its readers on other replicas see ends with this
-            # message: record it now, not at the replica's next flush.
-            self._first_flush = asyncio.get_running_loop().create_task(self._flush_quietly())
 
     # ------------------------------------------------------ state and resume
 
@@ -610,27 +647,38 @@ class Turn:
             self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
 
     def _pending_put(self) -> RecordingPut | None:
-        """The newest message not yet recorded, as a put; None when there is
-        nothing new or the turn may not record (a fenced producer writes nothing)."""
-        latest = self.buffer.latest
-        if latest is None or latest.index <= self._flushed_index:
+        """The produced message not yet recorded, as a put at the stream index
+        readers will see it at; None when there is nothing new, or the turn
+        may not record (a fenced producer writes nothing) or show (its
+        stream ended)."""
+        produced = self._produced
+        if produced is None or self.buffer.end is not None:
             return None
         if not self.writer.allows_recording():
             return None
         k = self.key
         event = RecordedStreamEvent(
-            index=latest.index,
-            message=latest.message,
+            index=self.buffer.next_index,
+            message=produced,
             message_id=self.message_id,
             epoch=self.writer.epoch,
         )
         return RecordingPut(k.tenant, k.requester_uuid, k.session_id, event)
 
     def _written(self, put: RecordingPut) -> None:
-        self._flushed_index = max(self._flushed_index, put.event.index)
+        """The store accepted ``put``: its message is durable, show it."""
+        message = put.event.message
+        if self._produced is message:
+            self._produced = None  # nothing newer came while it was in flight
+            self._settled.set()
+        # One put of a turn is in flight at a time, so it is the next index,
+        # unless the stream ended meanwhile (nothing more is shown then).
+        if self.buffer.end is None and put.event.index == self.buffer.next_index:
+            self._show(message)
 
     def _fenced_by_recording(self) -> None:
         self.writer.fence()
+        self._settled.set()
         self.stop(StreamEnd("gone"))
 
     def _flush_failed(self, error: BaseException) -> None:
@@ -639,32 +687,23 @@ class Turn:
         logger.error("turn %s: recording flush failed", self.message_id, exc_info=error)
         self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
 
-    async def _flush_quietly(self) -> None:
-        """``_flush`` out of band: a failure is the next regular flush's to handle
-        (a fenced write has fenced the writer already)."""
-        with contextlib.suppress(Exception):
-            await self._flush()
-
     async def _flush(self) -> None:
-        """Record the newest message now (the end of the turn, a hand-off, a
-        cancel), in the replica's next batch."""
-        if self._stores.recording is None:
+        """Wait until everything the agent produced is recorded, and so shown
+        (the end of the turn, a hand-off, a cancel): in the replica's next batch."""
+        if not self._records():
             return
-        put = self._pending_put()
-        if put is None:
-            return
-        await self.writer.record(put)
-        self._written(put)
+        await self.writer.record(self)
 
     # ------------------------------------------------------------------- end
 
     async def _seal(self) -> StreamEnd:
         """Persist the finished turn: recording, checkpoint, transcript, then DONE."""
         self.lifecycle.move(TurnState.SEALING)
-        final = self.buffer.latest
         ctx = self.context
         if ctx.stateful:
+            # The final message is durable, and shown, before the verdict.
             await self._flush()
+            final = self.buffer.latest
             if self._deltas is not None:
                 await self._deltas.publish_now(self)
             await self.checkpoint()
