@@ -80,6 +80,7 @@ FOUND_SINCE = {
     359838041: "a dead turn lost its verdict to an erase that stopped half way",
     749231069: "a queue waited forever behind a dead erase's tombstone",
     1645306185: "a refused resume ended its own turn, resumed elsewhere, then ran as new",
+    719993441: "a cancel took a stalled ender's row and said cancelled over its errored answer",
 }
 
 

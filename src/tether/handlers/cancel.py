@@ -20,7 +20,11 @@ read (``runtime.conversation_row``):
   copy out if it has one, keeps the newest recorded message as the partial
   answer, and only then writes the verdict (``FINISH``), which frees the
   conversation. A write refused on the way means another hand took the row;
-  the cancel reads it again.
+  the cancel reads it again. If a hand that was ending the turn errored (the
+  reaper, a new message ending a dead turn) stalled after it wrote that
+  verdict into the transcript, and the cancel took its row as stuck, the
+  verdict stands: the cancel writes it to the row and answers that the turn
+  had ended.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.handlers.errors import ConversationBusyError, TurnEndedError, TurnNotFoundError
+from tether.handlers.turn_ends import ending_of
 from tether.runtime import conversation_row as rows
 from tether.runtime.conversation_row import CANCELLER, RowState
 from tether.runtime.fenced_writer import raise_fences
@@ -137,6 +142,16 @@ async def _cancel_running(
         )
     except ClaimRefusedError:
         return False
+    # The conversation is fenced at our epoch now: a verdict already in the
+    # transcript was written before, by the hand whose row we took.
+    answer = await handler.answer_in_transcript(key, message_id)
+    if answer is not None and ending_of(answer).reason == "errored":
+        try:
+            await lease.finish(ChatStreamStatus.ERRORED)
+        except FencedError:
+            return False
+        handler.forget_later(key, message_id, lease.row_epoch)
+        raise TurnEndedError(f"turn {message_id} already ended (errored)")
     if local is not None and local.key == key:
         local.cancelled()
     if await handler.queue.is_waiting(key, message_id):

@@ -399,7 +399,7 @@ class ChatHandler:
             if isinstance(item, StreamEvent):
                 last = item
             elif item.reason == "gone":
-                recorded = await self._answer_in_transcript(key, message_id)
+                recorded = await self.answer_in_transcript(key, message_id)
                 if recorded is not None:
                     answer, item = recorded, ending_of(recorded)
                     if last is None or not shows_the_same(last.message, answer):
@@ -407,7 +407,7 @@ class ChatHandler:
                         yield StreamEvent(index, answer)
             yield item
 
-    async def _answer_in_transcript(
+    async def answer_in_transcript(
         self, key: ConversationKey, message_id: str
     ) -> ChatMessage | None:
         """Turn ``message_id``'s answer as the transcript holds it, if it does."""
@@ -740,7 +740,7 @@ class ChatHandler:
                     return events
 
                 return self.queue.follow_when_started(key, message_id, later, start_index), False
-            answer = await self._answer_in_transcript(key, message_id)
+            answer = await self.answer_in_transcript(key, message_id)
             if answer is None:
                 raise TurnEndedError(
                     f"turn {message_id} is finished and cleaned up, or never existed"
