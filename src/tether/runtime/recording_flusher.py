@@ -11,7 +11,11 @@ the messages turns produce while a batch is in flight accumulate (only each
 turn's newest is kept) and go in the next batch: one ``put_many`` per replica
 per round trip, however many turns it runs, each put keeping its own epoch
 fence, so a fenced one stops only its own turn. A thousand turns cost a batch
-of a thousand puts per round trip, not a thousand round trips.
+of a thousand puts per round trip, not a thousand round trips. A batch that
+took longer than ``slow_batch`` is followed by a pause as long (at most
+``max_pause``), in which the next one accumulates: back to back, large
+batches would hold the store (SQLite's one writer, a PostgreSQL connection)
+all the time and crowd out the heartbeats that keep the turns alive.
 
 Batches run one at a time, in one task, so a turn's puts reach the store in
 the order they were taken, and at most one of a turn's puts is in flight.
@@ -88,10 +92,15 @@ class RecordingFlusher:
         store: ChatStreamRecordingStore,
         *,
         retry_interval: float,
+        slow_batch: float = 0.02,
+        max_pause: float = 0.25,
         on_batch: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._store = store
         self._retry_interval = retry_interval
+        self._slow_batch = slow_batch
+        self._max_pause = max_pause
+        self._pause = 0.0  # after the last batch, before the next
         self._on_batch = on_batch  # told each batch's duration (metrics)
         self._held: dict[int, _Held] = {}
         self._waiters: list[_Waiter] = []
@@ -155,7 +164,14 @@ class RecordingFlusher:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            if self._pause > 0:
+                # Back-pressure after a slow batch; a ``flush_now`` (the end
+                # of a turn) does not wait it out.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._pause):
+                        await self._asked.wait()
             self._wake.clear()
+            self._asked.clear()
             if not await self.flush():
                 # An outage: try again after a pause, not in a tight loop, or
                 # once a turn asks to be recorded (its writer paces its retries).
@@ -200,6 +216,8 @@ class RecordingFlusher:
                         held.on_written(put)
                     else:
                         self._fence(owner, held)
+            took = loop.time() - started
+            self._pause = min(took, self._max_pause) if took > self._slow_batch else 0.0
         for waiter in waiters:
             outcome = outcomes.get(waiter.owner, True)  # nothing pending: all recorded
             if waiter.done.done():
