@@ -116,3 +116,29 @@ async def test_a_reader_is_never_shown_text_the_successor_rewinds(cluster: Scrip
     assert direct.rewound() == [] and follower.rewound() == []
     assert direct.texts[-1] == follower.texts[-1] == "To the sea again."
     held.release()
+
+
+async def test_a_put_refused_before_the_cancels_row_lands_still_ends_cancelled(
+    cluster: ScriptedCluster,
+) -> None:
+    """A cancel raises the stores' fences, then writes the row. With a recording
+    put per message, the producer's next put is refused in between and finds the
+    row still its own: its readers must hear ``cancelled``, not ``gone``."""
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    script = cluster.scripts.of(turn.message_id)
+    script.say("streaming")
+    await script.spoken()
+    supervision = cluster.stores.supervision
+    assert supervision is not None
+    row_write = hold(supervision, "compare_and_swap")  # the cancel's take of the row
+    cancelling = asyncio.create_task(b.cancel("t", "u", "s1", turn.message_id))
+    await row_write.reached()  # every store fenced at the cancel's epoch; the row not yet
+    row_read = hold(supervision, "read")  # the fenced producer asks who fenced it
+    script.say(" on")  # its put is refused
+    await row_read.reached()
+    row_read.release()  # it reads the row while the cancel's write is held
+    await row_read.returned()
+    row_write.release()
+    await asyncio.wait_for(cancelling, 10)
+    assert await cluster.ended(turn) == "cancelled"

@@ -41,11 +41,12 @@ from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     RecordedStreamEvent,
     RecordingPut,
     StreamChange,
 )
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
@@ -71,6 +72,10 @@ from tether.tools import set_current_turn
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+_ROW_POLL = 0.05
+"""Seconds between reads of the row while a fenced producer waits for its new
+owner's write, where the stores announce nothing."""
 NextQueued = Callable[[ConversationKey], Awaitable["str | None"]]
 """The id of the conversation's next queued turn, if one waits (``TurnQueue.head``)."""
 
@@ -808,9 +813,8 @@ class Turn:
         self.writer.fence()
         if self.lease is None:
             return StreamEnd("gone")
-        k = self.key
         with contextlib.suppress(Exception):
-            row = await self.lease.store.read(k.tenant, k.requester_uuid, k.session_id)
+            row = await self._row_past_us()
             if row is not None and (
                 row.message_id != self.message_id
                 or row.status is ChatStreamStatus.CANCELLED
@@ -818,3 +822,29 @@ class Turn:
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")
+
+    async def _row_past_us(self) -> ChatStreamSupervision | None:
+        """The conversation's row once it names whoever fenced us. A new owner
+        (a cancel, a takeover) raises the stores' fences before it writes the
+        row, so a write of ours refused in between (a recording put, now made
+        for every message) finds the row still ours: wait for it to move, at
+        most a heartbeat interval (a new owner that died there leaves the row
+        to read dead, and a producer fenced by its own unrenewed lease finds
+        nobody)."""
+        assert self.lease is not None
+        k, lease = self.key, self.lease
+        recording = self._stores.recording
+        changes = (
+            recording.subscribe(k.tenant, k.requester_uuid, k.session_id)
+            if recording is not None
+            else ChangeSubscription()
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.heartbeat_interval
+        async with changes:  # before the read: a move after it is heard
+            while True:
+                row = await lease.store.read(k.tenant, k.requester_uuid, k.session_id)
+                left = deadline - loop.time()
+                if row is None or row.epoch > lease.row_epoch or left <= 0:
+                    return row
+                await changes.wait(min(left, _ROW_POLL))
