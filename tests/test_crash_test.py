@@ -696,7 +696,8 @@ def test_without_a_conversation_store_the_recording_is_the_answer() -> None:
     observed.stored = _stored()
     assert check_round(EXPECTED, observed, producer_break=BREAK) == []
     observed.stored = _stored(recorded_final=_bot(ANSWER[:20]))
-    assert _invariants(observed) == {"transcript"}
+    # Kept shorter than what the readers were shown: also text taken back.
+    assert _invariants(observed) == {"transcript", "shown-kept"}
     observed.stored = _stored(recorded_final=None, recorded_message_id=None)
     assert _invariants(observed) == {"transcript"}
     observed.stored = _stored()
