@@ -390,7 +390,16 @@ class Turn:
             self.lifecycle.move(TurnState.RUNNING)
         workers = self._start_workers()
         if self._recorded is not None:
-            self.buffer.publish(self._recorded)
+            if self._records():
+                # Recorded again at our epoch before it is shown: the recording
+                # names this producer even when all it says again is held back
+                # (a fenced predecessor's late put can then never pass for ours).
+                assert self._flusher is not None
+                self._produced = self._recorded
+                self._settled.clear()
+                self._flusher.wake()
+            else:
+                self.buffer.publish(self._recorded)
         self._drive_task = asyncio.create_task(self._drive(created, conversation))
         if self._stop_reason is not None:
             self._drive_task.cancel()  # stopped before the agent started
@@ -492,9 +501,11 @@ class Turn:
         """Hand ``message`` to the turn's readers: its live buffer's, and its
         followers' on other replicas through the deltas."""
         event = self.buffer.publish(message)
-        self.observed.first_content()
         if self._deltas is not None:
             self._deltas.offer(self, event)
+        if message is self._recorded:
+            return  # what the turn's readers were shown already: no new content
+        self.observed.first_content()
         if self._unmeasured_takeover is not None:
             taken, self._unmeasured_takeover = self._unmeasured_takeover, None
             self._metrics.takeover_produced(taken, self._clock())
