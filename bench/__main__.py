@@ -77,6 +77,9 @@ async def _concurrent(
             "yes" if r["delay"]["p99_ms"] < 50 else "no",
             r["max_renewal_gap_s"],
             r["false_dead"],
+            round(r["turns_per_second"], 1),
+            round(r["recording_puts_per_second"]),
+            round(r["recorded_kb_per_second"]),
         ]
         + (
             [
@@ -106,6 +109,9 @@ async def _concurrent(
                 "p99 < 50 ms",
                 "max heartbeat gap s",
                 "false dead",
+                "turns/s",
+                "recording puts/s",
+                "recorded KB/s",
             ]
             + (
                 ["deltas/s", "delta batches/s", "batch median ms", "batch p99 ms"]

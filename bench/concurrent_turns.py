@@ -2,9 +2,11 @@
 
 All stores on one backend; every turn stateful (claimed, heartbeated,
 recorded, checkpointed) with one live reader each. Reports the delay from the
-producer's yield to the reader's event (median, p99, against a 50 ms target)
-and the longest gap between two renewals of any lease (a gap over the dead
-threshold would be a false "dead" verdict).
+model's yield of each message to the first event of the reader on the
+producing replica that shows it (median, p99, against a 50 ms target: where
+readers are shown only recorded text, that includes the recording's round
+trip), the longest gap between two renewals of any lease (a gap over the dead
+threshold would be a false "dead" verdict), and the recording's write load.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.turn import Turn
 from tether.runtime.live_buffer import StreamEvent
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
@@ -141,13 +144,15 @@ async def measure(
         answer_chunks=answer_chunks,
         chunk_size=chunk_size,
     )
-    async with replica as handler:
+    async with replica as handler, _yields() as yielded:
         delays: list[float] = []
         gaps = _instrument_gaps(handler)
         publishes = _instrument_publishes(handler) if watched else []
+        puts = _instrument_puts(handler)
         started = time.monotonic()
         running = [
-            asyncio.ensure_future(_one_turn(handler, i, delays, watched)) for i in range(turns)
+            asyncio.ensure_future(_one_turn(handler, i, delays, watched, yielded))
+            for i in range(turns)
         ]
         outcomes = await asyncio.gather(*running, return_exceptions=True)
         elapsed = time.monotonic() - started
@@ -157,7 +162,12 @@ async def measure(
         "chunk_size": chunk_size,
         "completed": turns - len(failures),
         "elapsed_s": elapsed,
+        "turns_per_second": (turns - len(failures)) / elapsed,
         "delay": summary(delays),
+        "recording_batches_per_second": len(puts) / elapsed,
+        "recording_puts_per_second": sum(n for n, _, _ in puts) / elapsed,
+        "recorded_kb_per_second": sum(size for _, size, _ in puts) / elapsed / 1000,
+        "recording_batch": summary([seconds for _, _, seconds in puts]),
         "max_renewal_gap_s": max(gaps, default=float("nan")),
         "false_dead": sum(1 for gap in gaps if gap > settings.dead_after),
         "watched": watched,
@@ -207,7 +217,53 @@ def _instrument_publishes(handler: ChatHandler) -> list[tuple[int, float]]:
     return publishes
 
 
-async def _one_turn(handler: ChatHandler, i: int, delays: list[float], watched: bool) -> str:
+@contextlib.asynccontextmanager
+async def _yields() -> AsyncIterator[dict[str, list[tuple[int, float]]]]:
+    """Every message each turn's agent yields, as (text length, when), by
+    message id: the moment a token leaves the model, whatever the runtime
+    does with it before a reader sees it (the same on every version)."""
+    yielded: dict[str, list[tuple[int, float]]] = {}
+    original = Turn._publish
+
+    def publish(turn: Turn, message: ChatMessage) -> None:
+        yielded.setdefault(turn.message_id, []).append((len(message.content), time.monotonic()))
+        original(turn, message)
+
+    Turn._publish = publish  # type: ignore[method-assign]
+    try:
+        yield yielded
+    finally:
+        Turn._publish = original  # type: ignore[method-assign]
+
+
+def _instrument_puts(handler: ChatHandler) -> list[tuple[int, int, float]]:
+    """Record each recording batch the replica writes: (puts, bytes of text,
+    seconds)."""
+    batches: list[tuple[int, int, float]] = []
+    store = handler.stores.recording
+    if store is None:
+        return batches
+    original = store.put_many
+
+    async def put_many(puts: Any) -> list[bool]:
+        started = time.monotonic()
+        try:
+            return await original(puts)
+        finally:
+            size = sum(len(p.event.message.content) for p in puts)
+            batches.append((len(puts), size, time.monotonic() - started))
+
+    store.put_many = put_many  # type: ignore[method-assign]
+    return batches
+
+
+async def _one_turn(
+    handler: ChatHandler,
+    i: int,
+    delays: list[float],
+    watched: bool,
+    yielded: dict[str, list[tuple[int, float]]],
+) -> str:
     request = ChatRequest(
         tenant="bench",
         request_headers=RequestHeaders(requester_uuid="u"),
@@ -221,9 +277,14 @@ async def _one_turn(handler: ChatHandler, i: int, delays: list[float], watched: 
         # As a follower's watch does, heard by the turn on its channel.
         handler.deltas.watch(turn, turn.key, turn.message_id, turn.writer.epoch, None)
     reason = "?"
+    credited = 0  # the turn's yields already shown
     async for item in turn.buffer.follow(0):
         if isinstance(item, StreamEvent):
-            delays.append(time.monotonic() - item.published_at)
+            now, shown = time.monotonic(), len(item.message.content)
+            mine = yielded.get(turn.message_id, [])
+            while credited < len(mine) and mine[credited][0] <= shown:
+                delays.append(now - mine[credited][1])
+                credited += 1
         else:
             reason = item.reason
     return reason

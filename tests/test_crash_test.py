@@ -54,6 +54,7 @@ from tether.crashtest.invariants import (
     ToolCalls,
     check_round,
     normalize_all,
+    rewound_characters,
 )
 from tether.crashtest.results import RoundResult, tool_call_counts
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
@@ -109,6 +110,7 @@ def _crash_test(project: Path, report_file: Path, *args: str) -> dict[str, Any]:
     assert "rounds passed" in result.output and "turns passed" in result.output
     report: dict[str, Any] = json.loads(report_file.read_text())
     assert report["violations"] == 0
+    assert report["summary"]["rewound_characters"] == 0  # no screen's text went back
     assert report["turns_passed"] == report["turns"] == len(report["results"])
     assert report["passed"] == report["rounds"] == report["planned_rounds"]
     return report
@@ -137,6 +139,7 @@ def test_the_command_recovers_every_round_with_no_violation(
 
     report = json.loads(report_file.read_text())
     assert (report["rounds"], report["passed"], report["violations"]) == (rounds, rounds, 0)
+    assert report["summary"]["rewound_characters"] == 0  # no screen's text went back
     assert len(report["results"]) == report["turns"] == report["turns_passed"] == 2 * rounds
     summary = report["summary"]
     assert summary["recovery_latency_s"]["max"] is not None
@@ -249,6 +252,8 @@ def test_with_no_client_recovering_every_turn_still_ends_as_the_crash_free_run(
     for entry in report["results"]:
         assert entry["final_status"] == "done"
         assert entry["path"] == "unattended>witness:done", entry["path"]
+        # The witness, a follower on the survivor, never saw its text shrink.
+        assert entry["rewound_characters"] == 0 and entry["violations"] == []
         assert [reader["kind"] for reader in entry["readers"]] == ["start", "witness"]
         # The replicas hold presence locks (SQLite: an flock each), so the
         # survivor knows the killed producer dead before its heartbeat is old
@@ -409,7 +414,8 @@ EXPECTED = Expected(PROMPT, normalize_all([_user(), _bot(ANSWER)]), tool_runs=1)
 
 def _sound_round() -> Observed:
     """A killed-and-resumed round as it should look: the start reader, then a
-    resume whose indexes begin past anything seen, restarting from a checkpoint."""
+    resume whose indexes begin past anything seen, going on from at least the
+    text the start reader was shown."""
     start = ReaderTrace(
         "start",
         tuple(SeenEvent(i, _bot(ANSWER[: 10 + i], tool_status="running")) for i in range(5)),
@@ -417,7 +423,7 @@ def _sound_round() -> Observed:
     )
     resume = ReaderTrace(
         "resume",
-        (SeenEvent(10_003, _bot(ANSWER[:12])), SeenEvent(10_004, _bot(ANSWER))),
+        (SeenEvent(10_003, _bot(ANSWER[:16])), SeenEvent(10_004, _bot(ANSWER))),
         consumed=2,
     )
     return Observed(
@@ -467,7 +473,32 @@ def test_the_checker_catches_shrinking_content_within_one_producer() -> None:
     resume = observed.readers[1]
     shrunk = (SeenEvent(10_003, _bot(ANSWER)), SeenEvent(10_004, _bot(ANSWER[:20])))
     observed.readers[1] = ReaderTrace(resume.label, shrunk, resume.consumed)
-    assert _invariants(observed) == {"no-regress"}
+    assert _invariants(observed) == {"no-regress", "shown-kept"}
+
+
+def test_the_checker_catches_text_rewound_across_a_takeover_and_counts_it() -> None:
+    """The successor resumed from an older recording than the start reader was
+    shown: its first message takes 2 characters back (582, 563, 582 on a screen)."""
+    observed = _sound_round()
+    assert rewound_characters(observed) == 0
+    resume = observed.readers[1]
+    rewound = (SeenEvent(10_003, _bot(ANSWER[:12])), SeenEvent(10_004, _bot(ANSWER)))
+    observed.readers[1] = ReaderTrace(resume.label, rewound, resume.consumed)
+    # Across producers, which ``no-regress`` allows: only ``shown-kept`` sees it.
+    assert _invariants(observed) == {"shown-kept"}
+    assert rewound_characters(observed) == 2
+
+
+def test_the_checker_catches_a_changed_text_and_a_kept_answer_that_drops_what_was_shown() -> None:
+    observed = _sound_round()
+    resume = observed.readers[1]
+    changed = ANSWER[:14] + "X"
+    events = (SeenEvent(10_003, _bot(changed)),)
+    observed.readers[1] = ReaderTrace(resume.label, events, consumed=1)
+    assert _invariants(observed) == {"shown-kept"}
+    # The screen took nothing back from 14 characters, and then the kept
+    # answer took back the 1 changed character it was last shown.
+    assert rewound_characters(observed) == 1
 
 
 def test_the_checker_catches_a_second_tool_execution() -> None:
@@ -683,7 +714,8 @@ def test_without_a_conversation_store_the_recording_is_the_answer() -> None:
     observed.stored = _stored()
     assert check_round(EXPECTED, observed, producer_break=BREAK) == []
     observed.stored = _stored(recorded_final=_bot(ANSWER[:20]))
-    assert _invariants(observed) == {"transcript"}
+    # Kept shorter than what the readers were shown: also text taken back.
+    assert _invariants(observed) == {"transcript", "shown-kept"}
     observed.stored = _stored(recorded_final=None, recorded_message_id=None)
     assert _invariants(observed) == {"transcript"}
     observed.stored = _stored()

@@ -9,12 +9,14 @@ or A of a cancel, is pushed out of reach: the heartbeat and the recording flush
 come every 5 s (the dead threshold raised to match) and checkpoints every 30 s.
 
 - A follower on replica B sees every index the direct reader on A saw, with the
-  same text: with no snapshot flushed during the answer, only the producer's
-  deltas can have carried them.
+  same text. The producer records every message before anyone is shown it, and
+  the snapshot's announcement comes before the delta: a follower that took the
+  snapshot would skip the index the delta brings (it missed one so, before it
+  counted on flowing deltas for a second rather than a quarter).
 - A ``DELETE`` sent to B: the replicas are fresh, so this turn starts A's
-  heartbeat cycle and nothing A writes can be refused before 5 s after the turn
-  was requested. The direct reader on A must still get its ``cancelled`` end
-  well within that: only the push channel can have told the producer.
+  heartbeat cycle. The direct reader on A must get its ``cancelled`` end well
+  within it: the push channel tells the producer, or its next message's
+  recording put is refused (every message is recorded before it is shown).
 
 Waits are on the stream's own events, never on a sleep.
 """
@@ -151,7 +153,7 @@ async def test_a_cancel_on_another_replica_stops_the_producer_before_its_heartbe
             await direct.ended(within=3 * HEARTBEAT)
             assert direct.verdict == "cancelled", direct.describe_end()
             end = next(event.at for event in direct.events if event.kind == "stream_status")
-            # No heartbeat or flush of A's can have been refused yet: the push did it.
+            # No heartbeat of A's can have been refused yet: the push or a put did it.
             assert end - direct.opened_at < HEARTBEAT, end - direct.opened_at
             assert end - answered < PUSHED_WITHIN, (
                 f"the producer stopped {end - answered:.3f} s after the DELETE was answered"
@@ -164,7 +166,7 @@ async def test_a_cancel_on_another_replica_stops_the_producer_before_its_heartbe
 async def test_a_follower_on_another_replica_sees_every_index_the_producer_streams(
     shared_store: str, tmp_path: Path
 ) -> None:
-    # 50 deltas a second for 2 s: over before the first 5 s recording flush.
+    # 50 deltas a second for 2 s, every one recorded before it is shown.
     project = make_project(
         tmp_path / "project", chunks_per_second=50, answer_chunks=100, tool_call_after_chunks=None
     )
@@ -193,8 +195,7 @@ async def test_a_follower_on_another_replica_sees_every_index_the_producer_strea
             assert followed, "the follower showed nothing"
             first = followed[0].index
             assert first is not None
-            # It followed live (reading the snapshot alone it would have shown
-            # only the final answer, flushed after the turn).
+            # It followed live, not only the answer's end.
             assert len(followed) > len(seen) // 2, (len(followed), len(seen))
             # The first event is the answer so far; every later index the
             # producer streamed reaches the follower, in order, with its text.

@@ -230,11 +230,9 @@ async def test_epochs_never_restart_after_a_finished_turns_rows_are_removed() ->
         a, b = cluster.replica(), cluster.replica()
         first = await cluster.start(a, "s1", "first")
         old = cluster.scripts.of(first.message_id, 0)
-        old.say("paused here")
-        await old.spoken()
-        assert a.flusher is not None and cluster.stores.recording is not None
+        assert cluster.stores.recording is not None
         late_put = hold(cluster.stores.recording, "put_many")
-        flushing = _background(a.flusher.flush())
+        old.say("paused here")
         await late_put.reached()  # the paused producer's put is in flight
         cluster.kill_by_silence()
         resumed = await cluster.start(b, "s1", resume=first.message_id)
@@ -250,7 +248,7 @@ async def test_epochs_never_restart_after_a_finished_turns_rows_are_removed() ->
         assert second.lease is not None and first.lease is not None
         assert second.lease.epoch > resumed.lease.epoch > first.lease.epoch  # type: ignore[union-attr]
         late_put.release()
-        await flushing
+        await late_put.returned()
         record = await cluster.stores.recording.read("t", "u", "s1")
         assert record is None or record.message_id == second.message_id
     finally:
@@ -266,23 +264,22 @@ async def test_after_a_cross_replica_cancel_the_producer_records_nothing_more(
     a, b = cluster.replica(), cluster.replica()
     turn = await cluster.start(a, "s1")
     script = cluster.scripts.of(turn.message_id)
-    script.say("seen by followers.")
+    script.say("seen by every reader.")
     await script.spoken()
-    assert a.flusher is not None and cluster.stores.recording is not None
-    await a.flusher.flush()
-    script.say(" Only seen by local readers.")
-    await script.spoken(2)
+    assert cluster.stores.recording is not None
     late_put = hold(cluster.stores.recording, "put_many")
-    flushing = _background(a.flusher.flush())
+    script.say(" Never shown: its put is in flight.")
     await late_put.reached()
+    assert turn.buffer.latest is not None
+    assert turn.buffer.latest.message.content == "seen by every reader."
     await b.cancel("t", "u", "s1", turn.message_id)
     late_put.release()
-    await flushing
+    await late_put.returned()
     record = await cluster.stores.recording.read("t", "u", "s1")
     assert record is not None
     kept = _bots(await cluster.transcript("s1"))
     # What the transcript kept is what the recording holds: nothing landed after.
-    assert kept == [record.message.content] == ["seen by followers."]
+    assert kept == [record.message.content] == ["seen by every reader."]
     assert await cluster.ended(turn) in ("cancelled", "gone")
 
 
@@ -292,17 +289,15 @@ async def test_a_paused_producers_put_after_a_takeover_is_refused(
     a, b = cluster.replica(), cluster.replica()
     turn = await cluster.start(a, "s1")
     old = cluster.scripts.of(turn.message_id, 0)
-    old.say("old producer")
-    await old.spoken()
-    assert a.flusher is not None and cluster.stores.recording is not None
+    assert cluster.stores.recording is not None
     late_put = hold(cluster.stores.recording, "put_many")
-    flushing = _background(a.flusher.flush())
+    old.say("old producer")
     await late_put.reached()
     cluster.kill_by_silence()
     resumed = await cluster.start(b, "s1", resume=turn.message_id)
     await cluster.scripts.of(turn.message_id, 1).started.wait()
     late_put.release()  # lands before the new owner's first put
-    await flushing
+    await late_put.returned()
     record = await cluster.stores.recording.read("t", "u", "s1")
     assert record is None or record.epoch == resumed.lease.epoch  # type: ignore[union-attr]
 

@@ -1,4 +1,4 @@
-"""The replica's recording flusher: one batch for all turns, fencing per turn, order kept."""
+"""The replica's recording flusher: one batch in flight for all turns, fenced per turn, in order."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _turns(count: int, flusher: RecordingFlusher) -> list[FakeTurn]:
 
 async def test_one_batch_writes_every_turn_with_something_new() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=60.0)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
     turns = _turns(50, flusher)
     for turn in turns[:40]:
         turn.latest = 3
@@ -105,7 +105,7 @@ async def test_one_batch_writes_every_turn_with_something_new() -> None:
 
 async def test_a_fenced_put_stops_only_its_own_turn_and_it_is_never_flushed_again() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=60.0)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
     first, second = _turns(2, flusher)
     successor = _put("s0", 9, epoch=2)
     await store.put("t", "u", "s0", successor.event)
@@ -123,7 +123,7 @@ async def test_a_fenced_put_stops_only_its_own_turn_and_it_is_never_flushed_agai
 
 async def test_an_outage_is_retried_next_interval_and_fails_no_turn() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=60.0)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
     (turn,) = _turns(1, flusher)
     turn.latest = 1
     store.down = True
@@ -137,7 +137,7 @@ async def test_an_outage_is_retried_next_interval_and_fails_no_turn() -> None:
 
 async def test_a_batch_that_fails_otherwise_is_narrowed_to_the_turn_whose_put_fails() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=60.0)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
     turns = _turns(3, flusher)
     for turn in turns:
         turn.latest = 1
@@ -153,52 +153,62 @@ async def test_a_batch_that_fails_otherwise_is_narrowed_to_the_turn_whose_put_fa
     await flusher.aclose()
 
 
-async def test_the_ticker_flushes_each_turn_at_most_once_per_interval() -> None:
+async def test_a_message_goes_out_at_once_and_messages_wait_only_for_the_batch_in_flight() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=0.05)
-    turns = _turns(10, flusher)
-    for step in range(8):
-        for turn in turns:
-            turn.latest = step
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.08)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
+    turns = _turns(3, flusher)
+    store.gate = asyncio.Event()
+    turns[0].latest = 1
+    flusher.wake()  # the channel is idle: the message goes out at once
+    await store.batch_started.wait()
+    assert store.batches == [["s0:1"]]
+    # While that batch is in flight, the turns' new messages accumulate (only
+    # each turn's newest) and go together in the next batch.
+    turns[0].latest = 2
+    flusher.wake()
+    turns[0].latest = 3
+    for turn in turns[1:]:
+        turn.latest = 1
+        flusher.wake()
+    recorded = asyncio.create_task(flusher.flush_now(turns[2]))
+    assert store.batches == [["s0:1"]]
+    store.gate.set()
+    await recorded
+    assert store.batches == [["s0:1"], ["s0:3", "s1:1", "s2:1"]]
+    assert [t.flushed for t in turns] == [3, 1, 1]
     await flusher.aclose()
-    # About 0.16 s at 0.05 s per batch: a handful of batches, each turn once per batch.
-    assert 1 <= len(store.batches) <= 5
-    for batch in store.batches:
-        assert sorted(batch) == sorted(set(batch)) and len(batch) == 10
-    assert all(turn.flushed == 7 for turn in turns)
 
 
-async def test_a_final_flush_waits_for_the_batch_in_flight_so_it_lands_last() -> None:
+async def test_flush_now_waits_for_what_the_turn_produced_after_the_batch_in_flight() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=0.01)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
     (turn,) = _turns(1, flusher)
     turn.latest = 4
     store.gate = asyncio.Event()
-    await store.batch_started.wait()  # the periodic batch with index 4 is now in flight
-    flusher.discard(turn)
-    final = asyncio.create_task(flusher.flush_now(turn, _put("s0", 9)))
-    await asyncio.sleep(0.05)
-    assert not final.done()  # queued behind the batch in flight, not beside it
+    flusher.wake()
+    await store.batch_started.wait()  # index 4 is in flight
+    turn.latest = 9
+    final = asyncio.create_task(flusher.flush_now(turn))
     store.gate.set()
     await final
+    # Not answered by the batch in flight: its own came after it, in order.
     assert store.batches == [["s0:4"], ["s0:9"]]
     assert (await store.read("t", "u", "s0")) == _put("s0", 9).event
+    assert turn.flushed == 9
+    await flusher.flush_now(turn)  # nothing new: no batch at all
+    assert len(store.batches) == 2
     await flusher.aclose()
 
 
-async def test_final_flushes_of_many_turns_share_one_batch_and_a_fenced_one_raises() -> None:
+async def test_flush_nows_of_many_turns_share_one_batch_and_a_fenced_one_raises() -> None:
     store = CountingStore()
-    flusher = RecordingFlusher(store, interval=60.0)
+    flusher = RecordingFlusher(store, retry_interval=60.0)
     await store.put("t", "u", "s2", _put("s2", 5, epoch=3).event)
     store.batches.clear()
-    store.gate = asyncio.Event()
-    finals = [
-        asyncio.create_task(flusher.flush_now(f"turn{i}", _put(f"s{i}", 1))) for i in range(5)
-    ]
-    await asyncio.sleep(0.02)
-    store.gate.set()
+    turns = _turns(5, flusher)
+    for turn in turns:
+        turn.latest = 1
+    finals = [asyncio.create_task(flusher.flush_now(turn)) for turn in turns]
     outcomes = await asyncio.gather(*finals, return_exceptions=True)
     assert len(store.batches) == 1 and len(store.batches[0]) == 5
     assert [isinstance(o, RecordingFencedOut) for o in outcomes] == [
@@ -208,7 +218,12 @@ async def test_final_flushes_of_many_turns_share_one_batch_and_a_fenced_one_rais
         False,
         False,
     ]
+    assert turns[2].fenced and [t.flushed for t in turns] == [1, 1, -1, 1, 1]
     store.down = True
+    turns[0].latest = 2
     with pytest.raises(StoreUnavailableError):
-        await flusher.flush_now("turn9", _put("s9", 1))
+        await flusher.flush_now(turns[0])
+    store.down = False
+    await flusher.flush_now(turns[0])  # asked again: not left to the outage's pause
+    assert turns[0].flushed == 2
     await flusher.aclose()

@@ -123,6 +123,7 @@ FOUND_SINCE = {
     1645306185: "a refused resume ended its own turn, resumed elsewhere, then ran as new",
     1005424036: "a cancel that died half way was ended errored, then cancelled again",
     661026026: "a turn cancelled between its mark and its agent's start started it",
+    719993441: "a cancel took a stalled ender's row and said cancelled over its errored answer",
 }
 
 

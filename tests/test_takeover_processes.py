@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -94,12 +95,24 @@ async def test_a_killed_producers_turn_finishes_on_the_survivor_with_no_client(
         assert follower.describe_end() == "done", follower.describe_end()
         contents = [(e.message or {}).get("content", "") for e in follower.messages]
         assert contents[-1] == reference
+        _never_shrank(follower, direct)
         status = await api.status(b.url, session)
         assert status is not None and status.status == "done"
         transcript = await api.transcript(b.url, session)
         assert transcript is not None
         bots = [m["content"] for m in transcript if m["sender"] == "bot"]
         assert bots == [reference]
+
+
+def _never_shrank(follower: TurnReader, direct: TurnReader) -> None:
+    """Shown implies kept: the follower on the survivor saw its text only grow
+    across the takeover, and what the killed producer's own reader was shown
+    is a prefix of the answer the follower ended with."""
+    contents = [(e.message or {}).get("content", "") for e in follower.messages]
+    for before, after in itertools.pairwise(contents):
+        assert after.startswith(before), f"the follower's text went from {before!r} to {after!r}"
+    shown = [(e.message or {}).get("content", "") for e in direct.messages]
+    assert shown and contents[-1].startswith(shown[-1]), "the direct reader's text was taken back"
 
 
 async def test_a_poison_turn_that_kills_every_replica_stops_at_the_takeover_limit(
@@ -184,6 +197,7 @@ async def test_a_killed_producers_lock_says_it_is_dead_long_before_the_threshold
 
         assert await follower.ended(20), "not taken over before the heartbeat threshold"
         assert follower.describe_end() == "done", follower.describe_end()
+        _never_shrank(follower, direct)
         after = scrape(b.url)
         assert after.value("tether_presence_tests_total", verdict="gone") >= 1
         assert after.value("tether_takeovers_total", cause="automatic") == 1

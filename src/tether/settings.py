@@ -35,7 +35,10 @@ class TetherSettings:
     dead_after: float = 3.0
     """A RUNNING row whose heartbeat is older than this is a dead producer."""
     recording_flush_interval: float = 0.5
-    """The producer flushes the newest cumulative message at most this often."""
+    """The pause before a recording batch that met a store outage is sent again.
+    Otherwise there is no interval: a turn's new message is recorded at once, in
+    the replica's next batch, and shown to readers once recorded
+    (``tether.runtime.recording_flusher``)."""
     checkpoint_interval: float = 5.0
     """Resumable dependencies are checkpointed this often during a stateful turn."""
     follower_poll_interval: float = 0.1
@@ -60,7 +63,9 @@ class TetherSettings:
     average half of it passes between a turn reading dead and its takeover."""
     delta_window: float = 0.02
     """Where the stores have a push channel, a producer publishes a watched turn's
-    new messages to followers on other replicas this often, coalesced."""
+    recorded messages to followers on other replicas at once, one batch at a
+    time; a batch that takes longer than this to publish is followed by a pause
+    as long (back-pressure), in which the next one accumulates."""
     max_turn_events: int = 10_000
     """A turn that yields more messages than this ends errored (TURN_TOO_LONG)."""
     max_turn_seconds: float = 900.0

@@ -11,7 +11,7 @@ the clock. Interleavings are then staged with ``tether.testing.interleavings``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Collection
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -46,6 +46,14 @@ from tether.settings import TetherSettings
 from tether.testing.contracts import ManualClock
 from tether.tools import current_turn_id
 
+Settled = Callable[[], Awaitable[None]]
+"""Waits until the turn showed what its agent yielded (``Turn.settled``)."""
+
+
+async def _nothing() -> None:
+    return None
+
+
 AGENT = "scripted"
 FAR = 10_000.0
 """Seconds: timers this far out never fire during a test."""
@@ -72,13 +80,18 @@ class Script:
     said: list[str] = field(default_factory=list)
     """Each cumulative text the agent yielded."""
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    settled: Settled = field(default=lambda: _nothing())
+    """Waits until the turn showed what the agent yielded (set by the agent)."""
     _progress: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def spoken(self, count: int = 1) -> None:
         """Wait until the agent has yielded ``count`` messages in all (and the turn
-        has published the last of them to its live buffer)."""
-        async with asyncio.timeout(10), self._progress:
-            await self._progress.wait_for(lambda: len(self.said) >= count)
+        has shown the last of them in its live buffer: recorded it first, or
+        held it back, or stopped)."""
+        async with asyncio.timeout(10):
+            async with self._progress:
+                await self._progress.wait_for(lambda: len(self.said) >= count)
+            await self.settled()
 
     def say(self, text: str) -> None:
         self.steps.put_nowait(("say", text))
@@ -134,9 +147,10 @@ class Notebook(ResumableAgentDependency):
 class ScriptedAgent(StreamableChatAgent):
     agent_name = AGENT
 
-    def __init__(self, script: Script, notebook: Notebook) -> None:
+    def __init__(self, script: Script, notebook: Notebook, settled: Settled) -> None:
         self.script = script
         self.notebook = notebook
+        script.settled = settled
 
     async def execute_streaming(
         self, conversation: list[ChatMessage]
@@ -163,8 +177,9 @@ class ScriptedAgent(StreamableChatAgent):
             self.script.said.append(self.notebook.text)
             async with self.script._progress:
                 self.script._progress.notify_all()
-            # The turn publishes what we yield before it asks for more, so a test
-            # woken by ``spoken`` finds it in the live buffer.
+            # The turn takes what we yield before it asks for more (before the
+            # test wakes), and shows it once recorded: a test woken by
+            # ``spoken``, which waits for that, finds it in the live buffer.
             yield ChatMessage(sender=ChatMessageSender.BOT, content=self.notebook.text)
 
 
@@ -172,6 +187,8 @@ class ScriptedRegistries(AgentRegistriesFactory):
     def __init__(self, scripts: Scripts) -> None:
         self.scripts = scripts
         self.setup = AgentSetup(agent_identifier=AGENT, agent_name=AGENT)
+        self.local_turn: Callable[[str], Turn | None] = lambda message_id: None
+        """The replica's turn of a message id (``ChatHandler.local_turn``)."""
 
     async def get_setup(self, agent_identifier: str) -> AgentSetup | None:
         return self.setup if agent_identifier == AGENT else None
@@ -186,7 +203,13 @@ class ScriptedRegistries(AgentRegistriesFactory):
         self, setup: AgentSetup, request: ChatRequest, turn: TurnContext
     ) -> CreatedAgent:
         notebook = Notebook()
-        agent = ScriptedAgent(self.scripts.next_producer(turn.message_id), notebook)
+        producing = self.local_turn(turn.message_id)
+
+        async def settled() -> None:
+            if producing is not None:
+                await producing.settled()
+
+        agent = ScriptedAgent(self.scripts.next_producer(turn.message_id), notebook, settled)
         return CreatedAgent(agent=agent, setup=setup, dependencies=[notebook])
 
 
@@ -269,9 +292,9 @@ class ScriptedCluster:
         self.presence = PresenceRegistry()
 
     def replica(self) -> ChatHandler:
-        handler = ChatHandler(
-            ScriptedRegistries(self.scripts), self.stores, self.settings, MessageBus(), self.clock
-        )
+        registries = ScriptedRegistries(self.scripts)
+        handler = ChatHandler(registries, self.stores, self.settings, MessageBus(), self.clock)
+        registries.local_turn = handler.local_turn
         self.replicas.append(handler)
         return handler
 

@@ -15,6 +15,11 @@ rounds. The checks:
 - ``no-regress`` (§5.3): per reader, event indexes strictly increase and, within
   one producer's run, each cumulative message extends the previous one; across
   readers, the client never got an index it had already passed;
+- ``shown-kept`` (§5.12): no screen is ever shown a message's text shrink or
+  change what it was shown, across producers too: each reader's text, and the
+  client's as it moved from reader to reader, only grows; and the text a
+  finished turn kept extends what every reader was shown
+  (``rewound_characters`` counts what was taken back);
 - ``fenced`` (§5.7): a stopped-then-continued producer changed nothing;
 - ``terminal`` (§5.9): the turn ended done (or, where the round cancelled it,
   cancelled), within the round's bound;
@@ -241,6 +246,7 @@ def check_round(expected: Expected, observed: Observed, *, producer_break: int) 
         violations += _recorded_answer(expected, observed)
     violations += _tool_once(expected, observed)
     violations += _no_regress(observed.readers, producer_break)
+    violations += _shown_kept(observed)
     violations += _unique_ids(observed.readers)
     violations += _own_checkpoint(expected, observed)
     if observed.cancel is not None:
@@ -786,6 +792,79 @@ def _no_regress(readers: Sequence[ReaderTrace], producer_break: int) -> list[Vio
                 )
                 return violations
             seen = event.index
+    return violations
+
+
+def _screens(readers: Sequence[ReaderTrace]) -> list[tuple[str, list[str]]]:
+    """The texts each screen was shown, in order: every reader's own, and the
+    client's, which read each reader's first ``consumed`` events in turn."""
+    screens = [
+        (f"reader {number} ({reader.label})", [_text(e.message) for e in reader.events])
+        for number, reader in enumerate(readers)
+    ]
+    client = [_text(e.message) for reader in readers for e in reader.events[: reader.consumed]]
+    return [*screens, ("the client", client)]
+
+
+def _text(message: dict[str, Any]) -> str:
+    return str(message.get("content") or "")
+
+
+def _taken_back(shown: str, now: str) -> int:
+    """The characters of ``shown`` that ``now`` no longer shows as they were."""
+    return len(shown) - len(_common_prefix(shown, now))
+
+
+def rewound_characters(observed: Observed) -> int:
+    """Characters readers were shown and then taken back: on each screen, at
+    each text that does not extend the one before it; and of each reader's
+    last text, what the answer a finished turn kept does not start with."""
+    rewound = 0
+    for _, texts in _screens(observed.readers):
+        rewound += sum(_taken_back(a, b) for a, b in itertools.pairwise(texts))
+    kept = _kept_text(observed)
+    if kept is not None:
+        rewound += sum(
+            _taken_back(_text(reader.events[-1].message), kept)
+            for reader in observed.readers
+            if reader.events
+        )
+    return rewound
+
+
+def _kept_text(observed: Observed) -> str | None:
+    """The text a finished (done) turn kept, or None."""
+    if _verdict_of(observed) != "done":
+        return None
+    answer = turn_answer(observed)
+    return None if answer is None else _text(answer)
+
+
+def _shown_kept(observed: Observed) -> list[Violation]:
+    violations = []
+    for name, texts in _screens(observed.readers):
+        for before, after in itertools.pairwise(texts):
+            if not after.startswith(before):
+                violations.append(
+                    Violation(
+                        "shown-kept",
+                        f"{name}: a text of {len(before)} characters was followed by one of "
+                        f"{len(after)} that takes {_taken_back(before, after)} back",
+                    )
+                )
+                break
+    kept = _kept_text(observed)
+    if kept is not None:
+        for number, reader in enumerate(observed.readers):
+            if reader.events and not kept.startswith(_text(reader.events[-1].message)):
+                violations.append(
+                    Violation(
+                        "shown-kept",
+                        f"reader {number} ({reader.label}) was shown text the kept answer "
+                        f"takes {_taken_back(_text(reader.events[-1].message), kept)} "
+                        "characters back from",
+                    )
+                )
     return violations
 
 

@@ -162,6 +162,14 @@ def render_summary(report: CrashTestReport) -> RenderableType:
         "invariant violations",
         Text(str(report.violations), style="green" if not report.violations else "bold red"),
     )
+    rewound = summary["rewound_characters"]
+    table.add_row(
+        "text rewound",
+        Text(
+            f"{rewound} characters in {summary['turns_rewound']} turns",
+            style="green" if not rewound else "bold red",
+        ),
+    )
     if report.errors:
         table.add_row("turns that broke off", Text(str(report.errors), style="magenta"))
     table.add_row("time to first message", _spread(summary["time_to_first_message_s"]))

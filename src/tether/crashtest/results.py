@@ -32,6 +32,9 @@ class RoundResult:
     message_id: str | None = None
     path: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
+    rewound_characters: int = 0
+    """Characters its readers were shown and then taken back (0 when sound:
+    ``invariants.rewound_characters``)."""
     error: str | None = None
     """The round could not be run as planned (not a finding about the server)."""
     notes: list[str] = field(default_factory=list)
@@ -97,6 +100,7 @@ class RoundResult:
             "message_id": self.message_id,
             "path": self.path_text,
             "violations": [{"invariant": v.invariant, "detail": v.detail} for v in self.violations],
+            "rewound_characters": self.rewound_characters,
             "error": self.error,
             "notes": self.notes,
             "time_to_first_message_s": _rounded(self.time_to_first_message),
@@ -217,6 +221,8 @@ class CrashTestReport:
                 _present(r.takeover_latency for r in results), with_max=True
             ),
             "by_fault": by_fault,
+            "rewound_characters": sum(r.rewound_characters for r in results),
+            "turns_rewound": sum(1 for r in results if r.rewound_characters),
             "paths": dict(Counter(r.path_text for r in results).most_common()),
             "violations_by_invariant": dict(
                 Counter(v.invariant for r in results for v in r.violations).most_common()

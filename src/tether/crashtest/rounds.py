@@ -55,6 +55,7 @@ from tether.crashtest.invariants import (
     ToolCalls,
     Violation,
     check_round,
+    rewound_characters,
     turn_answer,
 )
 from tether.crashtest.recovery import recover
@@ -839,6 +840,7 @@ async def _check(
     result.violations += check_round(
         turn.reference.expected, observed, producer_break=ctx.settings.max_turn_events // 2
     )
+    result.rewound_characters = rewound_characters(observed)
     if fence is not None:
         left = fence.left_by_new_owner
         result.fence = {

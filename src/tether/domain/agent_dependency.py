@@ -69,10 +69,17 @@ class ResumableAgentDependency(ABC):
 
     async def catch_up(self, shown: ChatMessage) -> None:  # noqa: B027 - optional hook
         """Optional, on a resume, right after ``load``: ``shown`` is the turn's
-        newest message as its clients last saw it (the recording, flushed every
-        half second), often newer than the checkpoint just loaded (taken every
-        few seconds). A dependency that can go on from there does, so the
-        resumed turn streams new content at once instead of producing again,
-        at the model's pace, what was already shown. The default keeps the
-        checkpoint; the runtime then holds back what is produced again until
-        it passes ``shown``."""
+        recording, the newest message the earlier producer made durable. Its
+        readers were handed only recorded messages, so no screen was shown
+        more than ``shown``; it is often newer than the checkpoint just loaded
+        (taken every few seconds). A dependency that can go on from there
+        does, so the resumed turn streams new content at once, and every
+        screen's text only grows. The default keeps the checkpoint; the
+        runtime then holds back what is produced again until it passes
+        ``shown``. That is exact only for a deterministic producer: a model
+        that says something else the second time (sampling) replaces the
+        text readers were shown with its own once it is longer, the one case
+        in which a screen's text changes across a takeover. The bundled
+        model/tool loop (``ChatClient``) goes on from ``shown`` whenever it
+        only adds text to the checkpointed answer, and not while a tool call
+        of the checkpoint is pending (what it says again is then held back)."""

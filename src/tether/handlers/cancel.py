@@ -28,7 +28,11 @@ read (``runtime.conversation_row``):
   copy out if it has one, keeps the newest recorded message as the partial
   answer, and only then writes the verdict (``FINISH``), which frees the
   conversation. A write refused on the way means another hand took the row;
-  the cancel reads it again.
+  the cancel reads it again. If a hand that was ending the turn (the
+  producer's seal, the reaper, a new message ending a dead turn) stalled
+  after it wrote its verdict into the transcript, and the cancel took its
+  row as stuck, that verdict stands: the cancel writes it to the row and
+  answers that the turn had ended.
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ class ChatHandler:
         self.flusher = (
             RecordingFlusher(
                 stores.recording,
-                interval=settings.recording_flush_interval,
+                retry_interval=settings.recording_flush_interval,
                 on_batch=self.metrics.store_operation_seconds.labels(
                     "recording", backend_name(stores.recording), "put_many"
                 ).observe,
@@ -442,7 +442,7 @@ class ChatHandler:
             if isinstance(item, StreamEvent):
                 last = item
             elif item.reason == "gone":
-                recorded = await self._answer_in_transcript(key, message_id)
+                recorded = await self.answer_in_transcript(key, message_id)
                 if recorded is not None:
                     answer, item = recorded, ending_of(recorded)
                     if last is None or not shows_the_same(last.message, answer):
@@ -450,7 +450,7 @@ class ChatHandler:
                         yield StreamEvent(index, answer)
             yield item
 
-    async def _answer_in_transcript(
+    async def answer_in_transcript(
         self, key: ConversationKey, message_id: str
     ) -> ChatMessage | None:
         """Turn ``message_id``'s answer as the transcript holds it, if it does."""
@@ -797,7 +797,7 @@ class ChatHandler:
                     return events
 
                 return self.queue.follow_when_started(key, message_id, later, start_index), False
-            answer = await self._answer_in_transcript(key, message_id)
+            answer = await self.answer_in_transcript(key, message_id)
             if answer is None:
                 raise TurnEndedError(
                     f"turn {message_id} is finished and cleaned up, or never existed"
@@ -1024,14 +1024,8 @@ class ChatHandler:
         answer, marked with how it ended: ``turn_ends``), or None. Read by a
         hand that has just taken the row of a turn whose ending stopped half
         way: the row then says what the transcript says."""
-        store = self.stores.conversation
-        if store is None:
-            return None
-        transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
-        for message in reversed(transcript):
-            if message.message_id == message_id and message.sender is ChatMessageSender.BOT:
-                return ChatStreamStatus(ending_of(message).reason)
-        return None
+        answer = await self.answer_in_transcript(key, message_id)
+        return ChatStreamStatus(ending_of(answer).reason) if answer is not None else None
 
     async def keep_partial_answer(
         self,

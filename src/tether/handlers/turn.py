@@ -6,11 +6,18 @@ produces; every cumulative message goes to the live buffer), SEALING (the
 answer is persisted), then one verdict (in the supervision row, or, when a
 queued turn waits behind it, the row handed to that turn). Beside a running stateful turn, the
 replica's heartbeat batcher renews its lease every second, the replica's
-recording flusher writes its newest message at most every 0.5 s, and the
-turn's checkpointer saves every resumable dependency every 5 s and whenever a
-dependency asks. Every write goes through the turn's ``FencedWriter``; the
-first one a store refuses fences the turn: the agent is stopped and nothing
-more is written anywhere.
+recording flusher records each new message at once (batched with the other
+turns' while a batch is in flight), and the turn's checkpointer saves every
+resumable dependency every 5 s and whenever a dependency asks. Every write
+goes through the turn's ``FencedWriter``; the first one a store refuses fences
+the turn: the agent is stopped and nothing more is written anywhere.
+
+Shown implies kept: a recorded turn's readers, here (the live buffer) and on
+other replicas (the deltas), are handed a message only once the recording
+store accepted it. A message the agent yields waits as the turn's *produced*
+one until its put is acknowledged; a newer one replaces it meanwhile (readers
+then skip the older, as a slow reader does). So whatever a screen was shown, a
+successor that takes the turn over resumes from at least that text.
 """
 
 from __future__ import annotations
@@ -34,11 +41,12 @@ from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_recording_store import (
+    ChangeSubscription,
     RecordedStreamEvent,
     RecordingPut,
     StreamChange,
 )
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
@@ -64,6 +72,10 @@ from tether.tools import set_current_turn
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+_ROW_POLL = 0.05
+"""Seconds between reads of the row while a fenced producer waits for its new
+owner's write, where the stores announce nothing."""
 NextQueued = Callable[[ConversationKey], Awaitable["str | None"]]
 """The id of the conversation's next queued turn, if one waits (``TurnQueue.head``)."""
 
@@ -158,12 +170,16 @@ class Turn:
         self._holding_back = recorded
         # A taken-over turn's first new content ends the outage its clients saw.
         self._unmeasured_takeover = lease.takeover if lease is not None else None
-        self._first_flush: asyncio.Task[None] | None = None
+        # The newest message the agent yielded that readers were not handed
+        # yet: it waits for its recording put (``_written``).
+        self._produced: ChatMessage | None = None
+        self._produced_count = 0
+        self._settled = asyncio.Event()
+        self._settled.set()
         self._takeovers = 0
         self._marked_state: DependencyState | None = None
         self._resumables: list[ResumableAgentDependency] = []
         self._checkpoint_lock = asyncio.Lock()
-        self._flushed_index = -1
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
         self._dead_after = timedelta(seconds=settings.dead_after)
@@ -251,6 +267,7 @@ class Turn:
         finally:
             told = end or self._stop_reason or StreamEnd("dead")
             self.observed.ended(told.reason, told.error_code)
+            self._settled.set()
         self.buffer.close(end)
 
     async def _run(self) -> StreamEnd:
@@ -310,6 +327,7 @@ class Turn:
         """Stop producing now (a cancel, a fence, a drain); ``end`` is what readers hear."""
         if self._stop_reason is None:
             self._stop_reason = end
+        self._settled.set()  # nothing more is shown before the verdict
         if self._drive_task is not None and not self._drive_task.done():
             self._drive_task.cancel()
 
@@ -377,7 +395,16 @@ class Turn:
             self.lifecycle.move(TurnState.RUNNING)
         workers = self._start_workers()
         if self._recorded is not None:
-            self.buffer.publish(self._recorded)
+            if self._records():
+                # Recorded again at our epoch before it is shown: the recording
+                # names this producer even when all it says again is held back
+                # (a fenced predecessor's late put can then never pass for ours).
+                assert self._flusher is not None
+                self._produced = self._recorded
+                self._settled.clear()
+                self._flusher.wake()
+            else:
+                self.buffer.publish(self._recorded)
         self._drive_task = asyncio.create_task(self._drive(created, conversation))
         if self._stop_reason is not None:
             self._drive_task.cancel()  # stopped before the agent started
@@ -439,7 +466,7 @@ class Turn:
             ):
                 return
             self._holding_back = None
-        if self.buffer.next_index - self.buffer.first_index >= self._settings.max_turn_events:
+        if self._produced_count >= self._settings.max_turn_events:
             raise TurnLimitError(
                 "TURN_TOO_LONG",
                 f"the turn exceeded {self._settings.max_turn_events} streamed messages",
@@ -451,16 +478,42 @@ class Turn:
                 "session_id": self.context.session_id,
             }
         )
-        event = self.buffer.publish(stamped)
-        self.observed.first_content()
+        self._produced_count += 1
+        if self._records():
+            # Shown once recorded: the replica's next batch carries it.
+            assert self._flusher is not None
+            self._produced = stamped
+            self._settled.clear()
+            self._flusher.wake()
+            return
+        self._show(stamped)
+
+    async def settled(self) -> None:
+        """Wait until every message the agent yielded so far was shown, or
+        never will be (the turn was stopped or fenced, or it ended)."""
+        await self._settled.wait()
+
+    def _records(self) -> bool:
+        """Whether the turn's messages are recorded before readers see them (a
+        stateful turn with a recording store: one a successor can resume)."""
+        return (
+            self.context.stateful
+            and self._stores.recording is not None
+            and self._flusher is not None
+        )
+
+    def _show(self, message: ChatMessage) -> None:
+        """Hand ``message`` to the turn's readers: its live buffer's, and its
+        followers' on other replicas through the deltas."""
+        event = self.buffer.publish(message)
         if self._deltas is not None:
             self._deltas.offer(self, event)
+        if message is self._recorded:
+            return  # what the turn's readers were shown already: no new content
+        self.observed.first_content()
         if self._unmeasured_takeover is not None:
             taken, self._unmeasured_takeover = self._unmeasured_takeover, None
             self._metrics.takeover_produced(taken, self._clock())
-            # The outage its readers on other replicas see ends with this
-            # message: record it now, not at the replica's next flush.
-            self._first_flush = asyncio.get_running_loop().create_task(self._flush_quietly())
 
     # ------------------------------------------------------ state and resume
 
@@ -615,27 +668,38 @@ class Turn:
             self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
 
     def _pending_put(self) -> RecordingPut | None:
-        """The newest message not yet recorded, as a put; None when there is
-        nothing new or the turn may not record (a fenced producer writes nothing)."""
-        latest = self.buffer.latest
-        if latest is None or latest.index <= self._flushed_index:
+        """The produced message not yet recorded, as a put at the stream index
+        readers will see it at; None when there is nothing new, or the turn
+        may not record (a fenced producer writes nothing) or show (its
+        stream ended)."""
+        produced = self._produced
+        if produced is None or self.buffer.end is not None:
             return None
         if not self.writer.allows_recording():
             return None
         k = self.key
         event = RecordedStreamEvent(
-            index=latest.index,
-            message=latest.message,
+            index=self.buffer.next_index,
+            message=produced,
             message_id=self.message_id,
             epoch=self.writer.epoch,
         )
         return RecordingPut(k.tenant, k.requester_uuid, k.session_id, event)
 
     def _written(self, put: RecordingPut) -> None:
-        self._flushed_index = max(self._flushed_index, put.event.index)
+        """The store accepted ``put``: its message is durable, show it."""
+        message = put.event.message
+        if self._produced is message:
+            self._produced = None  # nothing newer came while it was in flight
+            self._settled.set()
+        # One put of a turn is in flight at a time, so it is the next index,
+        # unless the stream ended meanwhile (nothing more is shown then).
+        if self.buffer.end is None and put.event.index == self.buffer.next_index:
+            self._show(message)
 
     def _fenced_by_recording(self) -> None:
         self.writer.fence()
+        self._settled.set()
         self.stop(StreamEnd("gone"))
 
     def _flush_failed(self, error: BaseException) -> None:
@@ -644,32 +708,23 @@ class Turn:
         logger.error("turn %s: recording flush failed", self.message_id, exc_info=error)
         self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
 
-    async def _flush_quietly(self) -> None:
-        """``_flush`` out of band: a failure is the next regular flush's to handle
-        (a fenced write has fenced the writer already)."""
-        with contextlib.suppress(Exception):
-            await self._flush()
-
     async def _flush(self) -> None:
-        """Record the newest message now (the end of the turn, a hand-off, a
-        cancel), in the replica's next batch."""
-        if self._stores.recording is None:
+        """Wait until everything the agent produced is recorded, and so shown
+        (the end of the turn, a hand-off, a cancel): in the replica's next batch."""
+        if not self._records():
             return
-        put = self._pending_put()
-        if put is None:
-            return
-        await self.writer.record(put)
-        self._written(put)
+        await self.writer.record(self)
 
     # ------------------------------------------------------------------- end
 
     async def _seal(self) -> StreamEnd:
         """Persist the finished turn: recording, checkpoint, transcript, then DONE."""
         self.lifecycle.move(TurnState.SEALING)
-        final = self.buffer.latest
         ctx = self.context
         if ctx.stateful:
+            # The final message is durable, and shown, before the verdict.
             await self._flush()
+            final = self.buffer.latest
             if self._deltas is not None:
                 await self._deltas.publish_now(self)
             await self.checkpoint()
@@ -774,9 +829,8 @@ class Turn:
         self.writer.fence()
         if self.lease is None:
             return StreamEnd("gone")
-        k = self.key
         with contextlib.suppress(Exception):
-            row = await self.lease.store.read(k.tenant, k.requester_uuid, k.session_id)
+            row = await self._row_past_us()
             if row is not None and (
                 row.message_id != self.message_id
                 or row.status is ChatStreamStatus.CANCELLED
@@ -784,3 +838,29 @@ class Turn:
             ):
                 return StreamEnd("cancelled")
         return StreamEnd("gone")
+
+    async def _row_past_us(self) -> ChatStreamSupervision | None:
+        """The conversation's row once it names whoever fenced us. A new owner
+        (a cancel, a takeover) raises the stores' fences before it writes the
+        row, so a write of ours refused in between (a recording put, now made
+        for every message) finds the row still ours: wait for it to move, at
+        most a heartbeat interval (a new owner that died there leaves the row
+        to read dead, and a producer fenced by its own unrenewed lease finds
+        nobody)."""
+        assert self.lease is not None
+        k, lease = self.key, self.lease
+        recording = self._stores.recording
+        changes = (
+            recording.subscribe(k.tenant, k.requester_uuid, k.session_id)
+            if recording is not None
+            else ChangeSubscription()
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.heartbeat_interval
+        async with changes:  # before the read: a move after it is heard
+            while True:
+                row = await lease.store.read(k.tenant, k.requester_uuid, k.session_id)
+                left = deadline - loop.time()
+                if row is None or row.epoch > lease.row_epoch or left <= 0:
+                    return row
+                await changes.wait(min(left, _ROW_POLL))

@@ -1,15 +1,19 @@
-"""A replica's deltas: the watched turns' new messages, published every 20 ms in one call.
+"""A replica's deltas: the watched turns' recorded messages, published as they are recorded.
 
 A follower on another replica would otherwise see a turn only through its
-recording snapshot, flushed at most every 0.5 s. When a follower announces
-that it watches a conversation (``StreamChange.WATCH``), the producing turn
-hands every message it publishes to this publisher for the next
-``watch_for`` seconds (followers announce again while they follow). Each
-``window`` the publisher turns what every watched turn published since the
-last window into one ``StreamDelta`` per turn and sends them all with one
-``publish_deltas`` call: tens of messages per turn per second on the channel,
-not one per token, and one round trip per replica per window, however many
-turns are watched. Unwatched turns cost a dictionary lookup per message.
+recording snapshots. When a follower announces that it watches a conversation
+(``StreamChange.WATCH``), the producing turn hands every message it shows to
+this publisher for the next ``watch_for`` seconds (followers announce again
+while they follow). A turn shows a message once the recording store accepted
+it, so followers read exactly the durable steps the producer's own readers
+read, one publish later.
+
+The publishing adapts to the load: when no publish is in flight, what was
+handed over goes out at once (the follower is a round trip behind the
+producer's own readers); while one is in flight, what every watched turn
+hands over accumulates, one ``StreamDelta`` per turn, and goes in the next
+``publish_deltas`` call. So one round trip per replica at a time, however
+many turns are watched. Unwatched turns cost a dictionary lookup per message.
 
 Deltas are best effort: a batch that fails is dropped, and a delta too large
 for the channel is left out; a follower sees the gap and reads the snapshot.
@@ -62,7 +66,11 @@ class _Watched:
 
 
 class DeltaPublisher:
-    """Publishes the new messages of the watched turns every ``window`` seconds."""
+    """Publishes the new messages of the watched turns, one batch at a time.
+
+    A batch that took longer than ``window`` to publish is followed by a pause
+    as long (at most ``max_window``), in which the next batch accumulates.
+    """
 
     def __init__(
         self,
@@ -158,19 +166,21 @@ class DeltaPublisher:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        window = self._window
         while True:
-            await asyncio.sleep(window)
+            # Started by an offer, so the first batch goes out at once: all
+            # that was offered in the same step of the loop (a recording
+            # batch's turns) goes in it.
             started = loop.time()
             if not await self.flush():
                 return
             # Back-pressure: when the channel takes longer than the window to
             # carry a batch (a thousand followed turns on PostgreSQL's NOTIFY,
-            # which serializes commits), coalesce over longer windows, up to
-            # ``max_window``, rather than queue batches that crowd out the
-            # heartbeats: followers lag more, turns stay alive.
+            # which serializes commits), pause as long before the next, up to
+            # ``max_window``, rather than keep the channel busy back to back
+            # and crowd out the heartbeats: followers lag more, turns stay alive.
             took = loop.time() - started
-            window = min(max(self._window, 2 * took), max(self._max_window, self._window))
+            if took > self._window:
+                await asyncio.sleep(min(took, max(self._max_window, self._window)))
 
     async def flush(self) -> bool:
         """Publish what every watched turn handed over since the last window, in

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
 from tether.domain.chat_conversation_store import ChatConversationStore, LastTurnStatus
 from tether.domain.chat_message import ChatMessage
-from tether.domain.chat_stream_recording_store import RecordingFencedError, RecordingPut
+from tether.domain.chat_stream_recording_store import RecordingFencedError
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.metrics import TetherMetrics
@@ -147,15 +147,16 @@ class FencedWriter:
 
         await self._write(Write.TRANSCRIPT, store, "append_fenced", ChatConversationStore, append)
 
-    async def record(self, put: RecordingPut) -> None:
-        """Record the newest message now, in the replica's next recording batch."""
+    async def record(self, owner: object) -> None:
+        """Wait until everything ``owner`` (the turn) produced so far is
+        recorded: in the replica's next recording batch, fenced by our epoch."""
         if self._flusher is None:
             return
         flusher = self._flusher
 
         async def flush() -> bool:
             try:
-                await flusher.flush_now(self, put)
+                await flusher.flush_now(owner)
             except (RecordingFencedOut, RecordingFencedError):
                 return False
             return True

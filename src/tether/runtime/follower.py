@@ -46,9 +46,13 @@ LiveHere = Callable[[int, int], "AsyncIterator[StreamEvent | StreamEnd] | None"]
 """The turn's live stream from a start index, when this replica produces it
 at the given epoch (it took the turn over); None when it does not."""
 
-_FLOWING = 0.25
+_FLOWING = 1.0
 """Seconds after its last delta that a follower still counts on deltas rather
-than snapshots (the producer publishes every 20 ms while it streams)."""
+than snapshots. The producer records every message before it publishes its
+delta, so the snapshot's announcement always comes first; a follower that read
+it would skip the indexes the delta is about to bring. Longer than the
+publisher's back-pressure pause (at most 0.25 s) and a slow round trip: the
+deltas of a loaded producer still count as flowing."""
 
 _REWATCH = 0.5
 """Seconds between a follower's watches while no delta of the current owner came."""

@@ -1,15 +1,24 @@
-"""One recording round trip per replica per flush interval, for all of its turns.
+"""One recording batch in flight per replica, for all of its turns: the durable watermark.
 
-With a thousand turns in flight, a flush per turn every half second would be
-two thousand writes a second, each its own round trip, crowding out the
-heartbeat batch that keeps the turns alive. The flusher collects the newest
-message of every turn that streamed something since its last flush and writes
-them all with one ``put_many`` call; each put keeps its own epoch fence, so a
-fenced one stops only its own turn.
+A turn's readers, on its replica (the live buffer) and on every other one (the
+deltas), are handed a message only once the recording store has accepted it
+with a fenced put: whatever any screen was shown, a successor that takes the
+turn over resumes from at least that (design §5.12, "shown implies kept").
+
+So the flush is adaptive. When no batch is in flight, a turn's new message goes
+to the store at once, and its readers see it one round trip later. Under load,
+the messages turns produce while a batch is in flight accumulate (only each
+turn's newest is kept) and go in the next batch: one ``put_many`` per replica
+per round trip, however many turns it runs, each put keeping its own epoch
+fence, so a fenced one stops only its own turn. A thousand turns cost a batch
+of a thousand puts per round trip, not a thousand round trips. A batch that
+took longer than ``slow_batch`` is followed by a pause as long (at most
+``max_pause``), in which the next one accumulates: back to back, large
+batches would hold the store (SQLite's one writer, a PostgreSQL connection)
+all the time and crowd out the heartbeats that keep the turns alive.
 
 Batches run one at a time, in one task, so a turn's puts reach the store in
-the order they were taken: the final flush of a turn can never be overtaken
-by an older periodic one.
+the order they were taken, and at most one of a turn's puts is in flight.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
@@ -38,17 +47,16 @@ class RecordingFencedOut(Exception):
 @dataclass
 class _Held:
     pending: Callable[[], RecordingPut | None]
-    """The turn's newest unflushed message as a put, or None."""
+    """The turn's newest unrecorded message as a put, or None."""
     on_written: Callable[[RecordingPut], None]
     on_fenced: Callable[[], None]
     on_failed: Callable[[BaseException], None]
 
 
 @dataclass
-class _Urgent:
+class _Waiter:
     owner: int
-    put: RecordingPut
-    done: asyncio.Future[bool] = field(default_factory=lambda: _future())
+    done: asyncio.Future[bool]
 
 
 def _future() -> asyncio.Future[bool]:
@@ -60,40 +68,47 @@ def _future() -> asyncio.Future[bool]:
 
 
 class RecordingFlusher:
-    """Flushes the held turns' recordings every ``interval`` seconds, in one batch.
+    """Records the held turns' newest messages, one batch at a time.
 
-    A turn is added while it streams (``add``) and discarded when it stops.
-    Each interval, every held turn with something new is written at most once
-    (the timing contract's "at most every ``interval``"); ``flush_now`` writes
-    one turn's newest message in a batch of its own as soon as the batch in
-    flight is done (the flush at the end, before the terminal status, or a
-    hand-off), together with any other turn's that asked meanwhile.
+    A turn is added while it streams (``add``), tells the flusher when it has
+    something new (``wake``) and is discarded when it stops. Each round writes
+    every held turn's newest unrecorded message at most once; the next round
+    starts as soon as the previous one is done and something new is waiting.
+    ``flush_now`` waits until everything a turn produced so far is recorded
+    (the end of a turn: its final message is durable before its verdict).
 
     A fenced put runs that turn's ``on_fenced`` and discards it; it is never
-    flushed again. A periodic batch that meets an outage
-    (``StoreUnavailableError``) is logged and retried at the next interval (the
-    recording lags meanwhile; the lease's heartbeats, not the recording, decide
-    whether the turn is alive). Any other failure of a batch is narrowed down
-    by sending its puts one by one, so that only the turn whose put fails
-    hears of it (``on_failed``, and it is discarded). A failed ``flush_now``
-    raises to its caller, as ``put`` would.
+    flushed again. A batch that meets an outage (``StoreUnavailableError``) is
+    logged and retried after ``retry_interval`` (readers wait meanwhile; the
+    lease's heartbeats, not the recording, decide whether the turn is alive).
+    Any other failure of a batch is narrowed down by sending its puts one by
+    one, so that only the turn whose put fails hears of it (``on_failed``, and
+    it is discarded). A failed ``flush_now`` raises to its caller, as ``put``
+    would.
     """
 
     def __init__(
         self,
         store: ChatStreamRecordingStore,
         *,
-        interval: float,
+        retry_interval: float,
+        slow_batch: float = 0.02,
+        max_pause: float = 0.25,
         on_batch: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._store = store
-        self._interval = interval
+        self._retry_interval = retry_interval
+        self._slow_batch = slow_batch
+        self._max_pause = max_pause
+        self._pause = 0.0  # after the last batch, before the next
         self._on_batch = on_batch  # told each batch's duration (metrics)
         self._held: dict[int, _Held] = {}
-        self._urgent: list[_Urgent] = []
+        self._waiters: list[_Waiter] = []
         self._wake = asyncio.Event()
+        self._asked = asyncio.Event()  # a ``flush_now`` waits: cut an outage's pause short
         self._task: asyncio.Task[None] | None = None
-        self.late_batches = 0  # periodic batches that took longer than the interval
+        self.batches = 0
+        """Batches sent (for the benchmarks' write load)."""
 
     def add(
         self,
@@ -103,34 +118,42 @@ class RecordingFlusher:
         on_fenced: Callable[[], None],
         on_failed: Callable[[BaseException], None],
     ) -> None:
-        """Flush ``owner``'s recording every interval until it is discarded:
-        ``pending()`` gives the put to make (None: nothing new), and one of the
-        callbacks hears how it went."""
+        """Record ``owner``'s messages until it is discarded: ``pending()``
+        gives the put to make (None: nothing new), and one of the callbacks
+        hears how it went."""
         self._held[id(owner)] = _Held(pending, on_written, on_fenced, on_failed)
-        self._ensure_running()
 
     def discard(self, owner: object) -> None:
-        """Stop the periodic flushes of ``owner`` (a batch already in flight may
-        still carry its last put)."""
+        """Stop recording ``owner`` (a batch already in flight may still carry
+        its last put)."""
         self._held.pop(id(owner), None)
 
-    async def flush_now(self, owner: object, put: RecordingPut) -> None:
-        """Write ``put`` for ``owner`` after the batch in flight; raise
-        ``RecordingFencedOut`` if the store fenced it, or the store's error."""
-        urgent = _Urgent(id(owner), put)
-        self._urgent.append(urgent)
+    def wake(self) -> None:
+        """A held turn has a new message: record it in the next round."""
         self._wake.set()
         self._ensure_running()
+
+    async def flush_now(self, owner: object) -> None:
+        """Wait until everything ``owner`` produced before this call is recorded
+        (after the batch in flight, in the next one); raise
+        ``RecordingFencedOut`` if the store fenced it, or the store's error.
+        An owner no longer held has nothing more to record."""
+        if id(owner) not in self._held:
+            return
+        waiter = _Waiter(id(owner), _future())
+        self._waiters.append(waiter)
+        self._asked.set()
+        self.wake()
         # Shielded: a caller cancelled while waiting leaves the batch intact.
-        if not await asyncio.shield(urgent.done):
-            raise RecordingFencedOut(put.event.message_id)
+        if not await asyncio.shield(waiter.done):
+            raise RecordingFencedOut(f"the recording of {owner!r} is fenced")
 
     async def aclose(self) -> None:
         await background.stop(self._task)
-        for urgent in self._urgent:
-            if not urgent.done.done():
-                urgent.done.set_exception(RuntimeError("the recording flusher is closed"))
-        self._urgent.clear()
+        for waiter in self._waiters:
+            if not waiter.done.done():
+                waiter.done.set_exception(RuntimeError("the recording flusher is closed"))
+        self._waiters.clear()
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -139,87 +162,95 @@ class RecordingFlusher:
             )
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_tick = loop.time() + self._interval
-        while self._held or self._urgent:
-            if not self._urgent:
+        while True:
+            await self._wake.wait()
+            if self._pause > 0:
+                # Back-pressure after a slow batch; a ``flush_now`` (the end
+                # of a turn) does not wait it out.
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout_at(next_tick):
-                        await self._wake.wait()
+                    async with asyncio.timeout(self._pause):
+                        await self._asked.wait()
             self._wake.clear()
-            if self._urgent:
-                urgent, self._urgent = self._urgent, []
-                await self._flush_urgent(urgent)
-            if loop.time() >= next_tick:
-                started = loop.time()
-                await self.flush()
-                self._on_batch(loop.time() - started)
-                if loop.time() - started > self._interval:
-                    self.late_batches += 1
-                # After a stall, flush again one interval from now rather than
-                # in a burst to catch up: every turn must wait out the interval.
-                next_tick = max(next_tick + self._interval, loop.time())
+            self._asked.clear()
+            if not await self.flush():
+                # An outage: try again after a pause, not in a tight loop, or
+                # once a turn asks to be recorded (its writer paces its retries).
+                self._asked.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._retry_interval):
+                        await self._asked.wait()
+                self._wake.set()
 
-    async def flush(self) -> None:
-        """Write every held turn's newest unflushed message once (the ticker
-        calls this each interval)."""
-        batch: list[tuple[_Held, RecordingPut]] = []
-        for held in list(self._held.values()):
+    async def flush(self) -> bool:
+        """One round: write every held turn's newest unrecorded message once,
+        and answer the ``flush_now`` callers waiting for it. False when the
+        store was unavailable (the round is to be retried)."""
+        waiters, self._waiters = self._waiters, []
+        batch: list[tuple[int, _Held, RecordingPut]] = []
+        for owner, held in list(self._held.items()):
             put = held.pending()
             if put is not None:
-                batch.append((held, put))
-        if not batch:
-            return
-        try:
-            results = await self._store.put_many([put for _, put in batch])
-        except StoreUnavailableError:
-            logger.warning("recording batch of %d failed; will retry", len(batch), exc_info=True)
-            return
-        except Exception:
-            logger.warning("recording batch of %d failed; sending its puts one by one", len(batch))
-            await self._one_by_one(batch)
-            return
-        for (held, put), written in zip(batch, results, strict=True):
-            if written:
-                held.on_written(put)
+                batch.append((owner, held, put))
+        outcomes: dict[int, bool | BaseException] = {}
+        available = True
+        if batch:
+            self.batches += 1
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            try:
+                results = await self._store.put_many([put for _, _, put in batch])
+            except StoreUnavailableError as error:
+                logger.warning("recording batch of %d failed; will retry", len(batch))
+                outcomes = {owner: error for owner, _, _ in batch}
+                available = False
+            except Exception:
+                logger.warning(
+                    "recording batch of %d failed; sending its puts one by one", len(batch)
+                )
+                outcomes = await self._one_by_one(batch)
             else:
-                self._fence(held)
+                self._on_batch(loop.time() - started)
+                for (owner, held, put), written in zip(batch, results, strict=True):
+                    outcomes[owner] = written
+                    if written:
+                        held.on_written(put)
+                    else:
+                        self._fence(owner, held)
+            took = loop.time() - started
+            self._pause = min(took, self._max_pause) if took > self._slow_batch else 0.0
+        for waiter in waiters:
+            outcome = outcomes.get(waiter.owner, True)  # nothing pending: all recorded
+            if waiter.done.done():
+                continue
+            if isinstance(outcome, BaseException):
+                waiter.done.set_exception(outcome)
+            else:
+                waiter.done.set_result(outcome)
+        return available
 
-    async def _one_by_one(self, batch: list[tuple[_Held, RecordingPut]]) -> None:
-        for held, put in batch:
+    async def _one_by_one(
+        self, batch: list[tuple[int, _Held, RecordingPut]]
+    ) -> dict[int, bool | BaseException]:
+        outcomes: dict[int, bool | BaseException] = {}
+        for owner, held, put in batch:
             try:
                 await self._store.put(put.tenant, put.requester_uuid, put.session_id, put.event)
             except RecordingFencedError:
-                self._fence(held)
-            except StoreUnavailableError:
-                return  # an outage after all: the next interval retries
+                self._fence(owner, held)
+                outcomes[owner] = False
+            except StoreUnavailableError as error:
+                outcomes[owner] = error  # an outage after all: the next round retries
             except Exception as error:
-                self._drop(held)
+                self._held.pop(owner, None)
                 held.on_failed(error)
+                outcomes[owner] = error
             else:
                 held.on_written(put)
+                outcomes[owner] = True
+        return outcomes
 
-    async def _flush_urgent(self, urgent: list[_Urgent]) -> None:
-        try:
-            results = await self._store.put_many([u.put for u in urgent])
-        except Exception as error:
-            for u in urgent:
-                if not u.done.done():
-                    u.done.set_exception(error)
-            return
-        for u, written in zip(urgent, results, strict=True):
-            if not written and (held := self._held.get(u.owner)) is not None:
-                self._fence(held)
-            if not u.done.done():
-                u.done.set_result(written)
-
-    def _drop(self, held: _Held) -> None:
-        for key, value in list(self._held.items()):
-            if value is held:
-                del self._held[key]
-
-    def _fence(self, held: _Held) -> None:
-        self._drop(held)
+    def _fence(self, owner: int, held: _Held) -> None:
+        self._held.pop(owner, None)
         try:
             held.on_fenced()
         except Exception:

@@ -34,6 +34,7 @@ class Hold:
         self._remaining = times
         self._reached = asyncio.Event()
         self._released = asyncio.Event()
+        self._returned = asyncio.Event()
         self.held_calls = 0
         """How many calls the gate has held (so far)."""
 
@@ -44,6 +45,10 @@ class Hold:
                 self.held_calls += 1
                 self._reached.set()
                 await self._released.wait()
+                try:
+                    return await self._original(*args, **kwargs)
+                finally:
+                    self._returned.set()
             return await self._original(*args, **kwargs)
 
         setattr(target, method, gated)
@@ -53,6 +58,12 @@ class Hold:
         rather than hangs)."""
         async with asyncio.timeout(_REACH_WITHIN):
             await self._reached.wait()
+
+    async def returned(self) -> None:
+        """Wait until a held call, released, has returned from the store (or
+        raised): what it wrote, or was refused, is settled."""
+        async with asyncio.timeout(_REACH_WITHIN):
+            await self._returned.wait()
 
     @property
     def is_holding(self) -> bool:
