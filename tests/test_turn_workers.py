@@ -122,7 +122,8 @@ async def test_every_turn_of_a_replica_is_recorded_to_its_final_message(
         supervision=InMemoryChatStreamSupervisionStore(),
         conversation=InMemoryChatConversationStore(),
     )
-    settings = TetherSettings(finished_turn_grace=0.1)
+    # Twenty turns of one requester at once: the fair limit is not what this tests.
+    settings = TetherSettings(finished_turn_grace=0.1, max_turns_per_requester=0)
     handler = ChatHandler(_registries(tmp_path), stores, settings, MessageBus())
     try:
         ends = await asyncio.gather(*(_run_turn(handler, f"s{i}") for i in range(20)))
