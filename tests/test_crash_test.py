@@ -264,6 +264,25 @@ def test_with_no_client_recovering_every_turn_still_ends_as_the_crash_free_run(
 
 
 @pytest.mark.processes
+def test_a_second_message_over_a_killed_producers_turn_keeps_the_conversation_whole(
+    fast_project: Path, tmp_path: Path
+) -> None:
+    """Queue rounds: a second message with a drawn multitask strategy goes
+    through the survivor just before or after the producer is SIGKILLed; the
+    conversation is checked as a whole (alternation, one verdict heard and
+    kept per turn, crash-free answers, each strategy's promise, no text
+    shown and taken back)."""
+    report = _crash_test(
+        fast_project, tmp_path / "report.json",
+        "--fault", "queue", "--rounds", "3", "--conversations", "2", "--seed", "5",
+    )  # fmt: skip
+    assert {entry["variant"] for entry in report["results"]} >= {"enqueue", "interrupt"}
+    for entry in report["results"]:
+        assert entry["fault"] == "queue"
+        assert all("0 characters rewound" in note for note in entry["notes"]), entry["notes"]
+
+
+@pytest.mark.processes
 def test_an_erase_while_a_killed_turn_is_taken_over_leaves_nothing(
     fast_project: Path, tmp_path: Path
 ) -> None:
