@@ -410,3 +410,34 @@ async def test_an_erased_conversation_is_not_told_of_from_a_replicas_memory(
         await a.status("t", "u", "s1")
     with pytest.raises(TurnEndedError):
         await a.attach("t", "u", "s1", first.message_id, 0)
+
+
+async def test_a_cancel_between_the_seal_and_its_row_leaves_the_answer_done(
+    cluster: ScriptedCluster,
+) -> None:
+    """The producer wrote its whole answer into the transcript; before its row
+    said ``done``, a cancel from another replica took the row. The cancel
+    finishes the row with the verdict written (``done``) and answers that the
+    turn had ended. Before, the producer's refused row write told its readers
+    ``cancelled`` (or ``gone``) for a turn the transcript and the row say was
+    done (the crash test's cancel-at-end rounds)."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    assert cluster.stores.supervision is not None and first.lease is not None
+    epoch = first.lease.epoch
+    finishing = hold(
+        cluster.stores.supervision,
+        "compare_and_swap",
+        when=lambda *args: args[4].status is ChatStreamStatus.DONE and args[3] == epoch,
+    )
+    cluster.answer(first.message_id, "Answer one.")
+    await finishing.reached()
+    with pytest.raises(TurnEndedError):
+        await b.cancel("t", "u", "s1", first.message_id)
+    finishing.release()
+
+    assert await cluster.ended(first) == "done"
+    row = await cluster.stores.supervision.read("t", "u", "s1")
+    assert row is not None and row.status is ChatStreamStatus.DONE
+    transcript = await cluster.transcript("s1")
+    assert ending_of(_bot(transcript, first.message_id)).reason == "done"

@@ -739,7 +739,17 @@ class Turn:
                     create_if_absent=False,
                     bot_params=self.request.bot_params,
                 )
-            await self._write_verdict(ChatStreamStatus.DONE)
+            try:
+                await self._write_verdict(ChatStreamStatus.DONE)
+            except FencedError:
+                if self._stores.conversation is None:
+                    raise
+                # The whole answer is in the transcript: that is the verdict,
+                # and whoever took the row (a cancel, the reaper) finishes it
+                # with the verdict written there. Readers hear done.
+                self.writer.fence()
+                self.lifecycle.end(TurnState.DONE)
+                return StreamEnd("done")
             if self._stores.conversation is not None:
                 await self._bus.publish(
                     ConversationUpdated(
