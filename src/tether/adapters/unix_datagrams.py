@@ -52,13 +52,14 @@ import os
 import secrets
 import socket
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
 from tether.domain.chat_stream_recording_store import (
     EVERYTHING,
     ChangeSubscription,
+    DeltaPublication,
     PendingChanges,
     StreamChange,
     deliver,
@@ -369,3 +370,44 @@ class UnixDatagramChannel:
         if self._directory_fd is None:
             self._directory_fd = os.open(self._directory, os.O_RDONLY | os.O_DIRECTORY)
         return f"/proc/self/fd/{self._directory_fd}/{name}"
+
+
+class PushesOnThisHost:
+    """The push half of a recording store whose replicas share one host
+    (SQLite, the file store): every method goes through ``_channel``, this
+    replica's socket in the shared directory."""
+
+    _channel: UnixDatagramChannel
+
+    def subscribe(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> ChangeSubscription:
+        """Hear the conversation's puts and deletes, and its supervision
+        store's changes of epoch, from any process on this host, from now on
+        (the socket is bound before this returns, so nothing is missed)."""
+        return self._channel.subscribe(conversation_key(tenant, requester_uuid, session_id))
+
+    async def listen(self) -> None:
+        """Bind this replica's socket now (the first ``subscribe`` does anyway)."""
+        self._channel.listen()
+
+    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
+        """Every delta in the datagrams of one send per replica; one too large
+        for a datagram goes as a recording change (its follower reads the snapshot)."""
+        self._channel.announce_deltas(
+            (conversation_key(d.tenant, d.requester_uuid, d.session_id), d.delta) for d in deltas
+        )
+
+    async def announce_watch(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> None:
+        """Tell the conversation's producer, in whichever process, that a follower watches."""
+        key = conversation_key(tenant, requester_uuid, session_id)
+        self._channel.announce([(key, StreamChange.WATCH)])
+
+    async def wait_for_change(
+        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
+    ) -> bool:
+        """True when the conversation is announced within ``max_wait`` seconds."""
+        key = conversation_key(tenant, requester_uuid, session_id)
+        return await self._channel.wait(key, max_wait)

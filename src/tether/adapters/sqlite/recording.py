@@ -11,12 +11,10 @@ from tether.adapters.sqlite import _codec, queries
 from tether.adapters.sqlite._codec import RowKey
 from tether.adapters.sqlite._store import SQLiteStore, wake_channel
 from tether.adapters.sqlite.database import Lane, SQLiteDatabase
-from tether.adapters.unix_datagrams import conversation_key
+from tether.adapters.unix_datagrams import PushesOnThisHost, conversation_key
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
-    ChangeSubscription,
     ChatStreamRecordingStore,
-    DeltaPublication,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
@@ -25,7 +23,7 @@ from tether.domain.chat_stream_recording_store import (
 from tether.domain.store_errors import StoreCorruptedError
 
 
-class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
+class SQLiteChatStreamRecordingStore(PushesOnThisHost, SQLiteStore, ChatStreamRecordingStore):
     """``ChatStreamRecordingStore`` in the ``stream_recording`` table, fenced by
     the ``stream_fence`` table.
 
@@ -120,39 +118,6 @@ class SQLiteChatStreamRecordingStore(SQLiteStore, ChatStreamRecordingStore):
         await self._database.write(
             Lane.STREAM, lambda c: c.execute(queries.RECORDING_RAISE_FENCE, values)
         )
-
-    def subscribe(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> ChangeSubscription:
-        """Hear the conversation's puts and deletes, and its supervision
-        store's changes of epoch, from any process on this host, from now on
-        (the socket is bound before this returns, so nothing is missed)."""
-        return self._channel.subscribe(conversation_key(tenant, requester_uuid, session_id))
-
-    async def listen(self) -> None:
-        """Bind this replica's socket now (the first ``subscribe`` does anyway)."""
-        self._channel.listen()
-
-    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
-        """Every delta in the datagrams of one send per replica; one too large
-        for a datagram goes as a recording change (its follower reads the snapshot)."""
-        self._channel.announce_deltas(
-            (conversation_key(d.tenant, d.requester_uuid, d.session_id), d.delta) for d in deltas
-        )
-
-    async def announce_watch(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> None:
-        """Tell the conversation's producer, in whichever process, that a follower watches."""
-        key = conversation_key(tenant, requester_uuid, session_id)
-        self._channel.announce([(key, StreamChange.WATCH)])
-
-    async def wait_for_change(
-        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
-    ) -> bool:
-        """True when the conversation is announced within ``max_wait`` seconds."""
-        key = conversation_key(tenant, requester_uuid, session_id)
-        return await self._channel.wait(key, max_wait)
 
     async def aclose(self) -> None:
         """Close this store's socket, and give back its hold on the database."""

@@ -19,11 +19,9 @@ from tether.adapters._files import (
     store_root,
     write_json,
 )
-from tether.adapters.unix_datagrams import UnixDatagramChannel, conversation_key
+from tether.adapters.unix_datagrams import PushesOnThisHost, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import (
-    ChangeSubscription,
     ChatStreamRecordingStore,
-    DeltaPublication,
     RecordedStreamEvent,
     RecordingFencedError,
     RecordingPut,
@@ -35,7 +33,7 @@ _FENCE = "fence"
 """The key of the conversation's fence, kept in the record's document."""
 
 
-class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
+class LocalFileChatStreamRecordingStore(PushesOnThisHost, ChatStreamRecordingStore):
     """``ChatStreamRecordingStore`` on a directory, correct across processes.
 
     One overwritten file per conversation,
@@ -122,38 +120,6 @@ class LocalFileChatStreamRecordingStore(ChatStreamRecordingStore):
         """Refuse later puts below ``epoch``; the record is unchanged."""
         files = self._files(tenant, requester_uuid, session_id)
         await run_in_thread(_fence, files, epoch)
-
-    def subscribe(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> ChangeSubscription:
-        """Hear the conversation's puts and deletes, and the supervision store's
-        changes of epoch, from any process on this host, from now on."""
-        return self._channel.subscribe(conversation_key(tenant, requester_uuid, session_id))
-
-    async def listen(self) -> None:
-        """Bind this replica's socket now (the first ``subscribe`` does anyway)."""
-        self._channel.listen()
-
-    async def publish_deltas(self, deltas: Sequence[DeltaPublication]) -> None:
-        """Every delta in the datagrams of one send per replica; one too large
-        for a datagram goes as a recording change (its follower reads the snapshot)."""
-        self._channel.announce_deltas(
-            (conversation_key(d.tenant, d.requester_uuid, d.session_id), d.delta) for d in deltas
-        )
-
-    async def announce_watch(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> None:
-        """Tell the conversation's producer, in whichever process, that a follower watches."""
-        key = conversation_key(tenant, requester_uuid, session_id)
-        self._channel.announce([(key, StreamChange.WATCH)])
-
-    async def wait_for_change(
-        self, tenant: str, requester_uuid: str | None, session_id: str, max_wait: float
-    ) -> bool:
-        """True when the conversation is announced within ``max_wait`` seconds."""
-        key = conversation_key(tenant, requester_uuid, session_id)
-        return await self._channel.wait(key, max_wait)
 
     async def aclose(self) -> None:
         """Close this store's socket (it has nothing else open)."""
