@@ -160,7 +160,11 @@ async def test_a_clean_release_frees_the_lock_and_an_unknown_id_counts_as_held(
         await mine.hold(replica_id)
         assert await checker.find_free({replica_id}) == set()
         await mine.release()
-        assert await checker.find_free({replica_id}) == {replica_id}
+        # The server drops a closed connection (Redis: from its client list)
+        # as it gets to it: on a loaded machine a moment after the close.
+        async with asyncio.timeout(10):
+            while await checker.find_free({replica_id}) != {replica_id}:
+                await asyncio.sleep(0.01)
 
 
 _CONNECTION_LOCKS = pytest.mark.parametrize(
