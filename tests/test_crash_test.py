@@ -33,7 +33,7 @@ from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.crashtest import reference
 from tether.crashtest.client import StreamStatus
-from tether.crashtest.cluster import Replica
+from tether.crashtest.cluster import Replica, inherited_env
 from tether.crashtest.faults import (
     FaultChoice,
     FaultKind,
@@ -1140,3 +1140,14 @@ async def test_crash_free_runs_stream_a_bounded_number_at_once(
     )
     assert len(references) == len(prompts)
     assert most == reference.CRASH_FREE_AT_ONCE
+
+
+def test_the_replicas_run_without_fair_limits_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One requester runs ``--conversations`` turns at once on one replica (20
+    in the README's runs): with the fair limits' defaults (8 a requester) the
+    ninth was a 429 and the run broke off. A limit the environment sets holds."""
+    monkeypatch.delenv("TETHER_MAX_TURNS_PER_REQUESTER", raising=False)
+    monkeypatch.setenv("TETHER_MAX_TURNS_PER_TENANT", "100")
+    env = inherited_env()
+    assert env["TETHER_MAX_TURNS_PER_REQUESTER"] == "0"
+    assert env["TETHER_MAX_TURNS_PER_TENANT"] == "100"

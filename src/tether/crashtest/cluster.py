@@ -28,9 +28,19 @@ from tether.testing.tool_ledger import ToolLedger
 LOOPBACK = "127.0.0.1"
 
 
-def _inherited() -> dict[str, str]:
+_UNLIMITED: dict[str, str] = {
+    "TETHER_MAX_TURNS_PER_REQUESTER": "0",
+    "TETHER_MAX_TURNS_PER_TENANT": "0",
+}
+"""The fair limits, off unless the environment sets them: the crash test is
+one requester running ``--conversations`` turns at once on one replica (20
+in the README's runs), which a limit meant for many users would refuse."""
+
+
+def inherited_env() -> dict[str, str]:
     """Our environment for a replica, less any fault meant for one start only."""
-    return {key: value for key, value in os.environ.items() if key != PAUSE_IN_VARIABLE}
+    inherited = {key: value for key, value in os.environ.items() if key != PAUSE_IN_VARIABLE}
+    return {**_UNLIMITED, **inherited}
 
 
 class ClusterError(RuntimeError):
@@ -151,7 +161,7 @@ class Replica:
             # The child keeps its own copy of the log descriptor; ours closes here.
             return subprocess.Popen(
                 command,
-                env={**_inherited(), **self.env, **self.fault_env},
+                env={**inherited_env(), **self.env, **self.fault_env},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
