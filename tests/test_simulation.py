@@ -124,6 +124,8 @@ FOUND_SINCE = {
     1005424036: "a cancel that died half way was ended errored, then cancelled again",
     661026026: "a turn cancelled between its mark and its agent's start started it",
     719993441: "a cancel took a stalled ender's row and said cancelled over its errored answer",
+    2030845472: "a rollback removed a cancelled turn's question but not the queued copy a "
+    "fenced start had left, so the copy read as waiting and the turn ran again",
 }
 
 

@@ -204,9 +204,10 @@ async def _cancel_running(
         return False
     if local is not None and local.key == key:
         local.cancelled()
-    if await handler.queue.is_waiting(key, message_id):
-        # Claimed by a start that had not yet recorded its question: its
-        # queued copy goes too, or a later kick would start it again.
+    if await handler.queue.has_copy(key, message_id):
+        # Claimed by a start that had not yet taken its queued copy out (it
+        # may have recorded its question, and been fenced before the copy
+        # went): the copy goes too, or a later kick would start it again.
         if not await handler.queue.remove(key, message_id, lease.epoch):
             return False
     # A hand before ours (the producer's seal, the reaper, another cancel)

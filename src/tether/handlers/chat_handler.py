@@ -54,7 +54,7 @@ from tether.handlers.errors import (
     UnknownAgentError,
 )
 from tether.handlers.limits import TurnLimits
-from tether.handlers.queue import TurnQueue, Waiting
+from tether.handlers.queue import TurnQueue, Waiting, queued_id
 from tether.handlers.takeover import PRODUCER_LOST, AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of, kept_answer
@@ -592,7 +592,9 @@ class ChatHandler:
         store = self.stores.conversation
         if store is None:
             return  # no transcript here: the client's is the only one
-        ids = [interrupted, f"{interrupted}-user"]
+        # And its queued copy, should a start fenced half way have left one:
+        # alone, it would read as waiting again and the turn would run.
+        ids = [interrupted, f"{interrupted}-user", queued_id(interrupted)]
         key = self._key(context.tenant, context.requester_uuid, context.session_id or "")
         if not await store.remove_fenced(
             key.tenant, key.requester_uuid, key.session_id, ids, epoch=epoch

@@ -166,6 +166,18 @@ class TurnQueue:
     async def is_waiting(self, key: ConversationKey, message_id: str) -> bool:
         return any(w.message_id == message_id for w in await self.waiting(key))
 
+    async def has_copy(self, key: ConversationKey, message_id: str) -> bool:
+        """Whether turn ``message_id``'s queued copy is still in the transcript:
+        waiting, or left by a start that was fenced after recording its
+        question and before taking the copy out (which reads as waiting
+        again once a rollback removes that question)."""
+        if not self.supported:
+            return False
+        transcript = await self._conversations().get_transcript(
+            key.tenant, key.requester_uuid, key.session_id
+        )
+        return any(m.message_id == queued_id(message_id) for m in transcript)
+
     # ------------------------------------------------------------ enqueue
 
     async def submit(self, request: ChatRequest) -> Turn | Ticket:
