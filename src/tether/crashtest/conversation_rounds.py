@@ -197,6 +197,10 @@ async def _follow(
         if trace.outcome is None:
             trace.error = f"{type(error).__name__}: {error}"
     finally:
+        # Its connection closed here, whatever ended the turn (a refusal, a
+        # recovery given up, the round's end): none is left for the GC.
+        with contextlib.suppress(Exception):
+            await stream.aclose()
         trace.message_id = trace.message_id or stream.message_id
         trace.kept_off = trace.observer.dropped_characters
         if reached is not None:
