@@ -21,12 +21,12 @@ from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import TurnEndedError, TurnNotFoundError
-from tether.handlers.queue import queued_id, waiting_in
+from tether.handlers.queue import Ticket, queued_id, waiting_in
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
-from tether.testing.interleavings import hold
+from tether.testing.interleavings import Hold, hold
 
 KEY = ConversationKey("t", "u", "s1")
 
@@ -66,6 +66,30 @@ async def _events(replica: ChatHandler, message_id: str) -> list[StreamEvent | S
     events, _ = await replica.attach("t", "u", "s1", message_id, 0)
     async with asyncio.timeout(10):
         return [item async for item in events]
+
+
+async def _passed_on_to_a_queued_turn(
+    cluster: ScriptedCluster,
+) -> tuple[ChatHandler, ChatHandler, Ticket]:
+    """Turn One ended and passed the row on to the queued turn Two, and its
+    replica died before starting Two; two more replicas live."""
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    dies_after_its_last_write(a)
+    cluster.answer(first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    return b, c, two
+
+
+def _holding_its_copy(cluster: ScriptedCluster, queued: Ticket) -> Hold:
+    """Hold the first removal of ``queued``'s copy from the transcript."""
+    assert cluster.stores.conversation is not None
+    return hold(
+        cluster.stores.conversation,
+        "remove_fenced",
+        when=lambda *args, **kwargs: queued_id(queued.message_id) in args[3],
+    )
 
 
 # 1 -------------------------------------------------------------------------
@@ -124,19 +148,8 @@ async def test_a_queued_turn_whose_cancel_returned_never_produces(
     the removal was refused unseen, and the cancel answered OK while the
     turn ran on. Now the turn leaves the queue first; a start that wins the
     race is cancelled as a running turn before the cancel answers."""
-    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
-    first = await cluster.start(a, "s1", "One?")
-    two = await cluster.enqueue(b, "s1", "Two?")
-    dies_after_its_last_write(a)
-    cluster.answer(first.message_id, "Answer one.")
-    assert await cluster.ended(first) == "done"
-
-    assert cluster.stores.conversation is not None
-    removing = hold(
-        cluster.stores.conversation,
-        "remove_fenced",
-        when=lambda *args, **kwargs: queued_id(two.message_id) in args[3],
-    )
+    b, c, two = await _passed_on_to_a_queued_turn(cluster)
+    removing = _holding_its_copy(cluster, two)
     cancel = asyncio.create_task(b.cancel("t", "u", "s1", two.message_id))
     await removing.reached()
     await c.status("t", "u", "s1")  # kicks the queue
@@ -441,3 +454,75 @@ async def test_a_cancel_between_the_seal_and_its_row_leaves_the_answer_done(
     assert row is not None and row.status is ChatStreamStatus.DONE
     transcript = await cluster.transcript("s1")
     assert ending_of(_bot(transcript, first.message_id)).reason == "done"
+
+
+async def test_an_erase_that_died_half_way_is_finished_by_the_takeover_scan(
+    cluster: ScriptedCluster,
+) -> None:
+    """An erase (or retention's) killed after it took the row left a dead
+    tombstone that nothing finished: the conversation stayed half erased, its
+    row RUNNING for ever, and every takeover scan listed it again, a batch
+    slot lost for good (``tether simulate`` seeds 640167408, 869320828,
+    1011549266). Now the scan finishes a dead erase, as it does a dead cancel:
+    the owner (or the retention policy) asked for it."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    cluster.answer(first.message_id, "One.")
+    assert await cluster.ended(first) == "done"
+    stores = cluster.stores
+    assert stores.agent_state is not None and stores.supervision is not None
+    assert stores.conversation is not None
+
+    erasing = hold(stores.agent_state, "delete")
+    erase = asyncio.create_task(
+        erase_conversation(stores, "t", "u", "s1", clock=a.clock, dead_after=a.dead_after)
+    )
+    await erasing.reached()
+    erase.cancel()  # the erasing replica dies holding the tombstone
+    with pytest.raises(asyncio.CancelledError):
+        await erase
+    erasing.release()
+    tombstone = await stores.supervision.read("t", "u", "s1")
+    assert tombstone is not None and tombstone.status is ChatStreamStatus.RUNNING
+
+    cluster.kill_by_silence()
+    await b.takeovers.scan()
+
+    assert await stores.supervision.read("t", "u", "s1") is None
+    assert await stores.conversation.get_conversation("t", "u", "s1") is None
+    assert await stores.agent_state.load("t", "u", "s1") == {}
+
+
+async def test_a_rolled_back_turn_whose_start_was_fenced_never_runs_again(
+    cluster: ScriptedCluster,
+) -> None:
+    """A queued turn's start recorded its question, then stopped before it
+    took its queued copy out; a rollback cancelled the turn and removed its
+    question and answer. Before, the lone copy read as waiting again, so the
+    next turn's end passed the conversation on to it and the cancelled turn
+    ran (``tether simulate`` seed 2030845472). Now the cancel, and the
+    rollback, take the copy out too. And the status poll whose kick made
+    that start was itself answered with the start's ``FencedError`` (a 500
+    over HTTP); now a kick reads the conversation again."""
+    b, c, two = await _passed_on_to_a_queued_turn(cluster)
+    taking_out = _holding_its_copy(cluster, two)
+    poll = asyncio.create_task(c.status("t", "u", "s1"))  # kicks the queue: Two starts
+    await taking_out.reached()  # its question is recorded, its copy not yet out
+    third = await cluster.start(b, "s1", "Three?", strategy="rollback")
+    taking_out.release()
+    await poll
+    cluster.answer(third.message_id, "Answer three.")
+    assert await cluster.ended(third) == "done"
+    for replica in cluster.replicas:
+        await replica.queue.kick(KEY)
+
+    transcript = await cluster.transcript("s1")
+    assert _shape(transcript) == [
+        ("user", "One?"),
+        ("bot", "Answer one."),
+        ("user", "Three?"),
+        ("bot", "Answer three."),
+    ]
+    assert waiting_in(transcript) == []
+    assert not cluster.scripts.of(two.message_id).started.is_set()  # its agent never ran
+    assert (await b.status("t", "u", "s1")).message_id == third.message_id

@@ -126,6 +126,9 @@ FOUND_SINCE = {
     719993441: "a cancel took a stalled ender's row and said cancelled over its errored answer",
     2030845472: "a rollback removed a cancelled turn's question but not the queued copy a "
     "fenced start had left, so the copy read as waiting and the turn ran again",
+    640167408: "a retention prune died holding its tombstone and nothing finished it",
+    869320828: "an erase died holding its tombstone and nothing finished it",
+    1011549266: "an erase died holding its tombstone and nothing finished it",
 }
 
 

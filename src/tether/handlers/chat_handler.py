@@ -41,6 +41,7 @@ from tether.domain.chat_stream_supervision_store import (
 from tether.domain.message_bus import MessageBus
 from tether.domain.turn_context import TurnContext
 from tether.handlers.cancel import cancel_turn
+from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
@@ -999,6 +1000,22 @@ class ChatHandler:
         self.forget_later(key, message_id, lease.row_epoch)
         self._in_background(self.queue.kick(key))
         return True
+
+    async def erase(self, tenant: str, requester_uuid: str | None, session_id: str) -> bool:
+        """Erase the conversation and everything it owns (``handlers.erase``);
+        whether a transcript existed. The owner's DELETE, and the takeover
+        scan finishing an erase whose replica died half way."""
+        return await erase_conversation(
+            self.stores,
+            tenant,
+            requester_uuid,
+            session_id,
+            clock=self.clock,
+            dead_after=self.dead_after,
+            running_locally=self.running_turn_of,
+            producer=lambda: self.presence.producer,
+            end_dead=self.end_erased_turn,
+        )
 
     async def end_erased_turn(self, key: ConversationKey, message_id: str) -> bool:
         """``end_dead_turn`` for a dead turn whose conversation is being erased."""

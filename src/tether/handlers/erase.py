@@ -18,7 +18,8 @@ last, guarded by its epoch; the stores keep the epoch and their fences.
 The transcript goes just before it: an erase that fails half-way (a store
 outage, a replica killed) can be repeated, because the conversation is still
 there to be deleted, and its tombstone reads dead and frees the row
-(``conversation_row.is_stuck``).
+(``conversation_row.is_stuck``). The takeover scan repeats it when it finds
+such a tombstone (``handlers.takeover``), so a killed erase still ends.
 
 What stays possible: an erase slower than the dead threshold between taking
 the row and removing the transcript finds its tombstone taken (a new turn

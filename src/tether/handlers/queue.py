@@ -288,9 +288,11 @@ class TurnQueue:
                 return head.message_id if started else None
             try:
                 turn = await handler.start_turn(self.request_of(key, head), dequeue=head.message_id)
-            except (ConversationBusyError, ClaimRefusedError, TurnEndedError):
-                # Another replica (or a new turn) was first, or the row changed
-                # under the claim (a clean-up): the next round reads it again.
+            except (ConversationBusyError, ClaimRefusedError, TurnEndedError, FencedError):
+                # Another replica (or a new turn) was first, the row changed
+                # under the claim (a clean-up), or a newer hand (a cancel, a
+                # rollback) took it after the claim: the next round reads it
+                # again.
                 continue
             except AlreadyDequeuedError:
                 continue
@@ -329,6 +331,7 @@ class TurnQueue:
             AlreadyDequeuedError,
             DrainingError,
             TurnEndedError,
+            FencedError,  # a newer hand (a cancel, a rollback) took it after the claim
         ):
             return False
         except (UnknownAgentError, BotParamsError, TurnRequestError) as error:

@@ -59,6 +59,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
+from tether.domain.chat_conversation_store import ConversationNotOwnedError
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore, StaleTurn
 from tether.handlers.errors import (
@@ -243,10 +244,15 @@ class AutomaticTakeover:
         message_id = stale.supervision.message_id
         state = rows.state_of(stale.supervision, handler.clock(), handler.dead_after)
         if state is RowState.ERASING:
-            # An erase, live or dead half way (a listing may be older than its
-            # last renewal, so this scan cannot tell): nothing to resume. A
-            # dead one's tombstone is free to the next claim, and the erase
-            # may be repeated.
+            # An erase that died half way (the listing holds only rows that
+            # read dead): its owner, or the retention policy, asked for it,
+            # so finish it, as a dead cancel is finished below. Left alone,
+            # the conversation would stay half erased and its row would fill
+            # a slot of every scan's batch for good. The erase re-reads the
+            # row; one still live answers busy and is left to its replica.
+            with contextlib.suppress(ConversationBusyError, ConversationNotOwnedError):
+                await handler.erase(key.tenant, key.requester_uuid, key.session_id)
+                return True
             return False
         if state is RowState.ENDING and rows.is_cancelling(stale.supervision):
             # A cancel that died half way: the user asked for it, so finish it.

@@ -34,7 +34,7 @@ refuses). The producer says which hand ends the turn (``CANCELLER``,
 can itself read dead: a mover that died half way. A dead end is finished by
 whoever finds it (the takeover scan: the user asked for the cancel; the
 reaper's verdict stands); a dead erase's tombstone is free to the next claim,
-and the erase may be repeated.
+and the takeover scan finishes the erase if no claim comes first.
 
 The moves (``Move``), with the states a mover may make them from (``MOVES``);
 every move but ``RENEW`` takes the next epoch, so a late heartbeat of an

@@ -15,11 +15,12 @@ from datetime import timedelta
 from tether.domain.chat_conversation_store import ConversationNotOwnedError
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest, MultitaskStrategy, RequestHeaders
-from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import TurnEndedError, TurnRequestError
 from tether.handlers.queue import Ticket
 from tether.handlers.retention import prune_stores
+from tether.runtime.conversation_row import ERASING_ID
 from tether.runtime.live_buffer import StreamEvent
+from tether.simulation import invariants
 from tether.simulation.agent import AGENT
 from tether.simulation.model import OWNER, TENANT
 from tether.simulation.world import Replica, World
@@ -120,17 +121,7 @@ async def erase(world: World, replica: Replica, session: str) -> str:
     began = world.model.tick()
     handler = replica.handler
     try:
-        await erase_conversation(
-            handler.stores,
-            TENANT,
-            OWNER,
-            session,
-            clock=handler.clock,
-            dead_after=handler.dead_after,
-            running_locally=handler.running_turn_of,
-            producer=lambda: handler.presence.producer,
-            end_dead=handler.end_erased_turn,
-        )
+        await handler.erase(TENANT, OWNER, session)
     except (TurnRequestError, ConversationNotOwnedError) as refused:
         return f"refused: {type(refused).__name__}"
     world.model.erase_returned(session, began, "erase")
@@ -146,8 +137,21 @@ async def share(world: World, replica: Replica, session: str) -> str:
 
 
 async def takeover_scan(world: World, replica: Replica) -> str:
-    """One pass of the replica's takeover loop."""
-    return f"took {await replica.handler.takeovers.scan()}"
+    """One pass of the replica's takeover loop. It finishes an erase that
+    died half way (``handlers.takeover``): the model then learns of that
+    erase as of one that returned, begun when the scan began."""
+    began = world.model.tick()
+    sessions = {t.session for t in world.model.turns.values()}
+    erasing = [s for s in sorted(sessions) if _erasing(await invariants.snapshot(world, s))]
+    taken = await replica.handler.takeovers.scan()
+    for session in erasing:
+        if (await invariants.snapshot(world, session)).row is None:
+            world.model.erase_returned(session, began, "a takeover scan")
+    return f"took {taken}"
+
+
+def _erasing(shot: invariants.Snapshot) -> bool:
+    return shot.row is not None and shot.row.message_id == ERASING_ID
 
 
 async def retention_scan(world: World, replica: Replica) -> str:

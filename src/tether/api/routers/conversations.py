@@ -24,7 +24,6 @@ from tether.domain.chat_conversation_store import (
 )
 from tether.domain.chat_message import ChatMessage
 from tether.handlers.chat_handler import ChatHandler
-from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import (
     NotImplementedByStoreError,
     NotOwnerError,
@@ -135,17 +134,7 @@ async def delete_conversation(
     requester = request_identity(request).requester_uuid
     _store(request)
     handler: ChatHandler = request.app.state.chat_handler
-    erased = erase_conversation(
-        handler.stores,
-        tenant,
-        requester,
-        session_id,
-        clock=handler.clock,
-        dead_after=handler.dead_after,
-        running_locally=handler.running_turn_of,
-        producer=lambda: handler.presence.producer,
-        end_dead=handler.end_erased_turn,
-    )
+    erased = handler.erase(tenant, requester, session_id)
     if not await _call(erased, "delete"):
         raise TurnNotFoundError(f"no conversation {session_id!r}")
     return Response(status_code=204)
