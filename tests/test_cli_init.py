@@ -19,7 +19,7 @@ from tether.adapters import (
 )
 from tether.adapters.llm import ChatClient
 from tether.cli.init import init_command
-from tether.cli.load_chat_agent_factory import from_string, project_paths
+from tether.cli.load_chat_agent_factory import from_string
 from tether.domain import (
     ChatAgentClassRegistry,
     ChatMessage,
@@ -29,6 +29,7 @@ from tether.domain import (
     ToolCallStatus,
     TurnContext,
 )
+from tether.project_layout import project_paths
 
 EXPECTED_FILES = [
     "README.md",

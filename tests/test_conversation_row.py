@@ -18,10 +18,11 @@ from tests.support.scripted import ScriptedCluster, dies_after_its_last_write
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
+from tether.domain.queued_messages import queued_id, waiting_in
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import TurnEndedError, TurnNotFoundError
-from tether.handlers.queue import Ticket, queued_id, waiting_in
+from tether.handlers.queue import Ticket
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
 from tether.runtime.lease import ConversationKey

@@ -14,9 +14,9 @@ from tether.cli.load_chat_agent_factory import (
     AgentPackageImportError,
     from_string,
     module_name_for,
-    project_paths,
 )
 from tether.domain import ChatAgentClassRegistry
+from tether.project_layout import project_paths
 
 
 @pytest.fixture(autouse=True)

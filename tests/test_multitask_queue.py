@@ -16,9 +16,9 @@ import pytest
 from tests.support.scripted import ScriptedCluster, dies_after_its_last_write, enqueued
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.domain.queued_messages import QUEUED_SUFFIX, waiting_in
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import NotImplementedByStoreError
-from tether.handlers.queue import QUEUED_SUFFIX, waiting_in
 from tether.handlers.turn import Turn
 from tether.runtime.conversation_row import CANCELLER
 from tether.runtime.lease import ConversationKey

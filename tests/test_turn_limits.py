@@ -21,8 +21,8 @@ from tether.adapters.stream_buffer import (
     InMemoryChatStreamSupervisionStore,
 )
 from tether.domain.chat_request import ChatRequest, RequestHeaders
+from tether.domain.queued_messages import waiting_in
 from tether.handlers.errors import ConversationBusyError, QueueFullError, TooManyTurnsError
-from tether.handlers.queue import waiting_in
 from tether.runtime.lease import ConversationKey
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings

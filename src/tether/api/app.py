@@ -35,7 +35,7 @@ from tether.handlers.retention import RetentionOff, retention_runner
 from tether.observability.http_metrics import HTTPMetricsMiddleware
 from tether.observability.logs import ensure_logging
 from tether.observability.request_ids import install_request_ids
-from tether.observability.traces import tracing_from_env
+from tether.observability.tracing_setup import tracing_from_env
 from tether.runtime.clock import ReplicaClock
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings, settings_from_env

@@ -23,10 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from tether.domain.chat_agent_class_registry import ChatAgentClassRegistry
-
-AGENTS_PACKAGE = "agents"
-SETUPS_FILE = "agent_setups.json"
-SECRETS_DIR = "env"
+from tether.project_layout import AGENTS_PACKAGE
 
 # Imports run user code and touch sys.modules; one at a time keeps "import once" true.
 _lock = threading.Lock()
@@ -48,19 +45,6 @@ def from_string(path: str | os.PathLike[str]) -> type[ChatAgentClassRegistry]:
     with _lock:
         _import_package(package_dir)
     return ChatAgentClassRegistry
-
-
-def project_paths(project_dir: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
-    """``(agents_package_dir, setups_file, secrets_file)`` for a project.
-
-    ``project_dir`` is the directory holding ``agents/``, or the agents package
-    itself. The files need not exist; the setup retriever says what is missing.
-    """
-    given = Path(project_dir).expanduser()
-    nested = given / AGENTS_PACKAGE
-    agents_dir = nested if nested.is_dir() or not (given / "__init__.py").is_file() else given
-    agents_dir = agents_dir.resolve()
-    return agents_dir, agents_dir / SETUPS_FILE, agents_dir / SECRETS_DIR / SETUPS_FILE
 
 
 def module_name_for(package_dir: Path) -> str:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.cli.load_chat_agent_factory import project_paths
 from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, ClusterError
 from tether.crashtest.conversation_rounds import (
@@ -33,6 +32,7 @@ from tether.crashtest.reference import PROMPTS, Reference, conversation_prompt, 
 from tether.crashtest.report import LiveView
 from tether.crashtest.results import CrashTestReport
 from tether.crashtest.rounds import RoundContext, RoundPlan, play_round
+from tether.project_layout import project_paths
 from tether.settings import TetherSettings, settings_from_env
 from tether.testing.pause_in_write import WriteKind
 

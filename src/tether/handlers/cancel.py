@@ -43,13 +43,13 @@ from typing import TYPE_CHECKING
 
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.handlers.errors import ConversationBusyError, TurnEndedError, TurnNotFoundError
+from tether.handlers.replica import Replica
 from tether.runtime import conversation_row as rows
 from tether.runtime.conversation_row import CANCELLER, RowState
 from tether.runtime.fenced_writer import raise_fences
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError, take
 
 if TYPE_CHECKING:
-    from tether.handlers.chat_handler import ChatHandler
     from tether.handlers.turn import Turn
 
 _TRIES = 4
@@ -66,7 +66,7 @@ _QUEUED_PAUSE_MAX = 0.2
 
 
 async def cancel_turn(
-    handler: ChatHandler, key: ConversationKey, message_id: str, local: Turn | None
+    handler: Replica, key: ConversationKey, message_id: str, local: Turn | None
 ) -> None:
     """Cancel ``message_id`` of conversation ``key`` (see the module). Raises
     ``TurnNotFoundError`` (no such turn), ``TurnEndedError`` (it ended before
@@ -120,7 +120,7 @@ async def cancel_turn(
 
 
 async def _cancel_passed_on(
-    handler: ChatHandler, key: ConversationKey, row: ChatStreamSupervision
+    handler: Replica, key: ConversationKey, row: ChatStreamSupervision
 ) -> bool:
     """Cancel the queued turn the row was passed on to, before it starts;
     whether it is cancelled (False: a start claimed it first: read again)."""
@@ -138,7 +138,7 @@ async def _cancel_passed_on(
 
 
 async def _cancel_queued(
-    handler: ChatHandler, key: ConversationKey, reading: rows.Reading, message_id: str
+    handler: Replica, key: ConversationKey, reading: rows.Reading, message_id: str
 ) -> bool:
     """Cancel queued turn ``message_id`` of a free conversation whose stores a
     claim fenced above the row: take the row for it at the next epoch, so no
@@ -172,7 +172,7 @@ async def _cancel_queued(
 
 
 async def _cancel_running(
-    handler: ChatHandler, key: ConversationKey, reading: rows.Reading, local: Turn | None
+    handler: Replica, key: ConversationKey, reading: rows.Reading, local: Turn | None
 ) -> bool:
     """Cancel the running turn the row names; whether it is cancelled (False:
     the row changed hands on the way: read again)."""

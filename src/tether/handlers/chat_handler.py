@@ -39,6 +39,7 @@ from tether.domain.chat_stream_supervision_store import (
     PresenceLock,
 )
 from tether.domain.message_bus import MessageBus
+from tether.domain.queued_messages import Waiting, queued_id
 from tether.domain.turn_context import TurnContext
 from tether.handlers.cancel import cancel_turn
 from tether.handlers.erase import erase_conversation
@@ -55,7 +56,7 @@ from tether.handlers.errors import (
     UnknownAgentError,
 )
 from tether.handlers.limits import TurnLimits
-from tether.handlers.queue import TurnQueue, Waiting, queued_id
+from tether.handlers.queue import TurnQueue
 from tether.handlers.takeover import PRODUCER_LOST, AutomaticTakeover
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of, kept_answer

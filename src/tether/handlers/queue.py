@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tether.domain.chat_conversation_store import ChatConversationStore
-from tether.domain.chat_message import ChatMessage, QueuedTurn
+from tether.domain.chat_message import QueuedTurn
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
-from tether.handlers.cancel import cancel_turn
+from tether.domain.queued_messages import Waiting, queued_id, waiting_in
 from tether.handlers.errors import (
     BotParamsError,
     ConversationBusyError,
@@ -62,17 +62,16 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
+from tether.handlers.replica import Replica
 from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 
 if TYPE_CHECKING:
-    from tether.handlers.chat_handler import ChatHandler
     from tether.handlers.turn import Turn
 
 logger = logging.getLogger(__name__)
 
-QUEUED_SUFFIX = "-queued"
 _KICK_TRIES = 5
 """Queued turns one kick skips (cancelled or started meanwhile) before it
 leaves the rest to the next kick."""
@@ -82,23 +81,6 @@ attach from a start index, the reader's identity bound."""
 _RECHECK_POLLS = 5
 """An attach waiting for its queued turn reads the transcript at least every
 this many polls of the supervision row (and whenever the row changes)."""
-
-
-def queued_id(message_id: str) -> str:
-    """The transcript id of turn ``message_id``'s message while it waits."""
-    return f"{message_id}{QUEUED_SUFFIX}"
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """One queued message: the user's message and its mark."""
-
-    message: ChatMessage
-    mark: QueuedTurn
-
-    @property
-    def message_id(self) -> str:
-        return self.mark.message_id
 
 
 @dataclass(frozen=True)
@@ -114,28 +96,10 @@ class AlreadyDequeuedError(Exception):
     started by another replica): the claim is given back."""
 
 
-def waiting_in(transcript: list[ChatMessage]) -> list[Waiting]:
-    """The queue, in arrival order: marked messages whose turn has not appended
-    its own user message yet."""
-    ids = {m.message_id for m in transcript if m.message_id and m.queued is None}
-    return [
-        Waiting(m, m.queued)
-        for m in transcript
-        if m.queued is not None
-        and m.message_id == queued_id(m.queued.message_id)
-        and f"{m.queued.message_id}-user" not in ids
-    ]
-
-
-def without_queued(transcript: list[ChatMessage]) -> list[ChatMessage]:
-    """The conversation as an agent reads it: queued messages are not asked yet."""
-    return [m for m in transcript if m.queued is None]
-
-
 class TurnQueue:
     """The queue of each conversation, kept in its transcript (see the module)."""
 
-    def __init__(self, handler: ChatHandler) -> None:
+    def __init__(self, handler: Replica) -> None:
         self._handler = handler
 
     @property
@@ -205,7 +169,9 @@ class TurnQueue:
         if 0 < limit < ticket.position:
             # Enqueued together with others past the last place (each read
             # the queue before any appended): the ones placed beyond it leave.
-            await cancel_turn(handler, key, ticket.message_id, None)
+            await handler.cancel(
+                key.tenant, key.requester_uuid, key.session_id, ticket.message_id, kick=False
+            )
             raise self._full(limit)
         await self.kick(key)  # the turn before may have ended meanwhile
         return ticket

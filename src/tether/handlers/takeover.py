@@ -56,7 +56,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_conversation_store import ConversationNotOwnedError
@@ -69,15 +69,13 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
+from tether.handlers.replica import Replica
 from tether.handlers.retention import LEASE_KEY
 from tether.observability.logs import turn_log_context
 from tether.runtime import background
 from tether.runtime import conversation_row as rows
 from tether.runtime.conversation_row import RowState
 from tether.runtime.lease import ConversationKey
-
-if TYPE_CHECKING:
-    from tether.handlers.chat_handler import ChatHandler
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +107,7 @@ class AutomaticTakeover:
 
     def __init__(
         self,
-        handler: ChatHandler,
+        handler: Replica,
         *,
         interval: float,
         limit: int,

@@ -48,9 +48,9 @@ from tether.domain.chat_stream_recording_store import (
 )
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.domain.message_bus import ConversationUpdated, MessageBus
+from tether.domain.queued_messages import without_queued
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
-from tether.handlers.queue import without_queued
 from tether.handlers.turn_ends import kept_answer
 from tether.metrics import TetherMetrics
 from tether.observability.logs import TurnFields

@@ -9,7 +9,8 @@ from tether.observability.logs import (
     turn_log_context,
 )
 from tether.observability.request_ids import REQUEST_ID_HEADER, install_request_ids
-from tether.observability.traces import NO_TRACING, Tracing, tracing_from_env
+from tether.observability.traces import NO_TRACING, Tracing
+from tether.observability.tracing_setup import tracing_from_env
 
 __all__ = [
     "NO_TRACING",

@@ -1,6 +1,6 @@
 """OpenTelemetry tracing (the ``tether[otel]`` extra), exported over OTLP/HTTP.
 
-Imported only by ``tracing_from_env`` when an OTLP endpoint is set. Each app
+Imported only by ``tracing_setup.tracing_from_env`` when an OTLP endpoint is set. Each app
 owns its ``TracerProvider`` (two apps in one process do not share one, and an
 embedding application's global provider is left alone); FastAPI's own
 instrumentation makes each request a server span on it, continuing an

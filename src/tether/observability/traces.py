@@ -1,17 +1,13 @@
 """Tracing as the rest of tether sees it, with nothing of OpenTelemetry imported.
 
-``tracing_from_env`` returns ``NO_TRACING`` unless an OTLP endpoint is set
-(``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, the
-standard variables) and the ``tether[otel]`` extra is installed; only then is
-``tether.observability.otel`` imported, and with it the SDK. Everything else
-talks to the small interface below, so a server without tracing runs exactly
-as before.
+Everything in tether talks to the small interface below; ``NO_TRACING`` is
+it doing nothing, and ``tether.observability.otel`` implements it with the
+SDK (``observability.tracing_setup`` chooses), so a server without tracing
+runs exactly as before.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -22,14 +18,9 @@ __all__ = [
     "Span",
     "Tracing",
     "TurnSpan",
-    "tracing_from_env",
 ]
 
-logger = logging.getLogger(__name__)
-
 Attributes = Mapping[str, str | int | float | bool]
-
-_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 class Span(ABC):
@@ -120,23 +111,3 @@ class _NoTracing(Tracing):
 
 
 NO_TRACING: Tracing = _NoTracing()
-
-
-def tracing_from_env(environ: Mapping[str, str] | None = None) -> Tracing:
-    """OpenTelemetry tracing when an OTLP endpoint is set and the SDK is
-    installed; ``NO_TRACING`` otherwise (with a warning when only the SDK is
-    missing: the operator asked for traces)."""
-    environ = os.environ if environ is None else environ
-    if not any(environ.get(name) for name in _ENDPOINT_VARIABLES):
-        return NO_TRACING
-    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return NO_TRACING
-    try:
-        from tether.observability.otel import OTelTracing
-    except ImportError as error:
-        logger.warning(
-            "OTEL_EXPORTER_OTLP_ENDPOINT is set but tracing is off: install tether[otel] (%s)",
-            error,
-        )
-        return NO_TRACING
-    return OTelTracing.from_env(environ)

@@ -22,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
 from tether.domain.chat_conversation_store import ChatConversationStore, LastTurnStatus
@@ -31,7 +32,6 @@ from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import RecordingFencedError
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.store_errors import StoreUnavailableError
-from tether.metrics import TetherMetrics
 from tether.runtime.lease import ConversationKey, FencedError, Lease
 from tether.runtime.lifecycle import Lifecycle, TurnState, Write
 from tether.runtime.recording_flusher import RecordingFencedOut, RecordingFlusher
@@ -40,6 +40,21 @@ from tether.runtime.turn_stores import TurnStores
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
+
+
+class StoreMetrics(Protocol):
+    """What the writer reports of its writes (``tether.metrics.TetherMetrics``,
+    named by what it does so that the runtime imports nothing above it)."""
+
+    def timed(self, store_name: str, store: object, operation: str) -> AbstractContextManager[None]:
+        """Time one store call."""
+        ...
+
+    def observe_checkpoint(self, state: dict[str, Any]) -> None:
+        """Count one checkpoint's size."""
+        ...
+
+
 _T = TypeVar("_T")
 
 
@@ -81,7 +96,7 @@ class FencedWriter:
         clock: Clock,
         dead_after: timedelta,
         retry_interval: float,
-        metrics: TetherMetrics,
+        metrics: StoreMetrics,
     ) -> None:
         self._stores = stores
         self._key = key

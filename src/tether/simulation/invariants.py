@@ -20,7 +20,7 @@ from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervision
-from tether.handlers.queue import without_queued
+from tether.domain.queued_messages import without_queued
 from tether.handlers.turn_ends import ending_of
 from tether.simulation.gate import reset_ungated, ungated
 from tether.simulation.model import OWNER, TENANT, Model, TurnFacts, turn_of

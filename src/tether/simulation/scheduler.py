@@ -19,7 +19,7 @@ from typing import Any
 
 from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
-from tether.handlers.queue import waiting_in
+from tether.domain.queued_messages import waiting_in
 from tether.simulation import invariants, operations
 from tether.simulation.world import Replica, World, deterministic_ids, quiet_logs
 
