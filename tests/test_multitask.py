@@ -72,7 +72,7 @@ async def test_interrupt_cancels_the_running_turn_keeping_its_partial_answer(
         ("user", "Actually, lakes?"),
         ("bot", "Lakes are still."),
     ]
-    producer = cluster.replicas[0]._turns[first]
+    producer = cluster.replicas[0].local_turn(first)
     # Its own readers hear it was cancelled, though the row names the new turn by then.
     assert producer.buffer.end is not None and producer.buffer.end.reason == "cancelled"
     assert cluster.stores.supervision is not None

@@ -422,7 +422,9 @@ async def test_a_reader_elsewhere_hears_how_the_turn_ended_once_its_row_names_th
     else:
         await a.shutdown()
         cluster.kill_by_silence()
-        assert await b.end_dead_turn(KEY, turn.message_id, "PRODUCER_LOST", "its replica died")
+        assert await b.endings.end_dead_turn(
+            KEY, turn.message_id, "PRODUCER_LOST", "its replica died"
+        )
     async with asyncio.timeout(10):
         while (await b.status("t", "u", "s1")).message_id == turn.message_id:  # noqa: ASYNC110
             await asyncio.sleep(0)  # the next turn's claim, in the background

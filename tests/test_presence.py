@@ -57,7 +57,7 @@ async def _ends_saying(
         await script.started.wait()
     script.say(text)
     script.finish()
-    assert await cluster.ended(replica._turns[message_id]) == "done"
+    assert await cluster.ended(replica.local_turn(message_id)) == "done"
 
 
 def _tests(replica: ChatHandler, verdict: str) -> float | None:

@@ -80,7 +80,9 @@ async def _a_dead_turn_and_two_survivors(
 
 
 def _producing(replica: ChatHandler, message_id: str) -> Turn:
-    return replica._turns[message_id]
+    turn = replica.local_turn(message_id)
+    assert turn is not None, f"{message_id} is not produced here"
+    return turn
 
 
 async def _row_status(cluster: ScriptedCluster, session: str) -> ChatStreamStatus | None:
@@ -284,7 +286,7 @@ async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(
     turn, b, c = await _a_dead_turn_and_two_survivors(cluster)
     taken = await asyncio.gather(b.takeovers.scan(), c.takeovers.scan())
     assert sorted(taken) == [0, 1]
-    producers = [r for r in (b, c) if turn.message_id in r._turns]
+    producers = [r for r in (b, c) if r.local_turn(turn.message_id) is not None]
     assert len(producers) == 1
     await _started(cluster, turn.message_id, 1)
     assert not cluster.scripts.of(turn.message_id, 2).started.is_set()
@@ -328,7 +330,7 @@ async def test_a_turn_whose_producers_keep_dying_ends_errored_at_the_takeover_li
     await _dies(cluster, dying)
     last = cluster.replica()
     assert await last.takeovers.scan() == 1
-    assert turn.message_id not in last._turns  # ended, not run a third time
+    assert last.local_turn(turn.message_id) is None  # ended, not run a third time
     assert not cluster.scripts.of(turn.message_id, 3).started.is_set()
     assert await _row_status(cluster, "s1") is ChatStreamStatus.ERRORED
     assert cluster.stores.conversation is not None
@@ -370,7 +372,7 @@ async def test_a_dead_turn_that_cannot_be_resumed_ends_errored_producer_lost(
     assert cluster.stores.agent_state is not None
     await cluster.stores.agent_state.save("t", "u", "s1", {})
     assert await b.takeovers.scan() == 1
-    assert turn.message_id not in b._turns
+    assert b.local_turn(turn.message_id) is None
     assert await _row_status(cluster, "s1") is ChatStreamStatus.ERRORED
     assert cluster.stores.conversation is not None
     summary = await cluster.stores.conversation.get_conversation("t", "u", "s1")
@@ -386,7 +388,7 @@ async def test_a_live_turn_is_never_taken(cluster: ScriptedCluster) -> None:
     turn = await cluster.start(a, "s1")
     await _started(cluster, turn.message_id, 0)
     assert await b.takeovers.scan() == 0
-    assert turn.message_id not in b._turns
+    assert b.local_turn(turn.message_id) is None
 
 
 async def test_a_lease_is_renewed_while_the_turn_waits_for_its_first_writes(

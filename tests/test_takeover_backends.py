@@ -91,7 +91,9 @@ async def test_two_survivors_racing_for_a_dead_turn_leave_one_producer(
     session, turn, b, c = await _a_dead_turn(cluster)
     taken = await asyncio.gather(b.takeovers.scan(), c.takeovers.scan())
     assert sorted(taken) == [0, 1]
-    [producer] = [r._turns[turn.message_id] for r in (b, c) if turn.message_id in r._turns]
+    [producer] = [
+        r.local_turn(turn.message_id) for r in (b, c) if r.local_turn(turn.message_id) is not None
+    ]
     await _one_answer(cluster, session, producer)
 
 
@@ -109,4 +111,4 @@ async def test_a_clients_resume_racing_a_survivors_takeover_leaves_one_producer(
     if not won_by_client:
         assert isinstance(resumed, ConversationBusyError | TurnEndedError)
     winner = c if won_by_client else b
-    await _one_answer(cluster, session, winner._turns[turn.message_id])
+    await _one_answer(cluster, session, winner.local_turn(turn.message_id))

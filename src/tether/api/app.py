@@ -106,7 +106,9 @@ def setup_app(
         clock = replica_clock = ReplicaClock.of_store(stores.supervision, skew=settings.clock_skew)
     handler = ChatHandler(agent_registries_factory, stores, settings, bus, clock)
     handler.tracing = tracing
-    retention = retention_runner(stores, settings, clock=clock, end_dead=handler.end_erased_turn)
+    retention = retention_runner(
+        stores, settings, clock=clock, end_dead=handler.endings.end_erased_turn
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -167,7 +167,7 @@ async def _cancel_queued(
         await lease.finish(ChatStreamStatus.CANCELLED)
     except FencedError:
         return False
-    handler.forget_later(key, message_id, lease.row_epoch)
+    handler.endings.forget_later(key, message_id, lease.row_epoch)
     return True
 
 
@@ -213,16 +213,16 @@ async def _cancel_running(
     # A hand before ours (the producer's seal, the reaper, another cancel)
     # may have written the verdict and died before the row said it: that
     # verdict stands, and the row is finished with it.
-    verdict = await handler.written_verdict(key, message_id)
+    verdict = await handler.endings.written_verdict(key, message_id)
     if verdict is None:
-        if not await handler.keep_partial_answer(key, message_id, lease.epoch):
+        if not await handler.endings.keep_partial_answer(key, message_id, lease.epoch):
             return False
         verdict = ChatStreamStatus.CANCELLED
     try:
         await lease.finish(verdict)
     except FencedError:
         return False
-    handler.forget_later(key, message_id, lease.row_epoch)
+    handler.endings.forget_later(key, message_id, lease.row_epoch)
     if verdict is not ChatStreamStatus.CANCELLED:
         raise TurnEndedError(f"turn {message_id} already ended ({verdict.value})")
     return True

@@ -15,39 +15,33 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.chat_conversation_store import (
-    ChatConversationStore,
     ConversationNotOwnedError,
-    LastTurnStatus,
     normalize_owner,
 )
 from tether.domain.chat_message import (
-    ChatMessage,
     ChatMessageSender,
 )
-from tether.domain.chat_request import ChatRequest, MultitaskStrategy
+from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_supervision_store import (
-    ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
     PresenceLock,
 )
 from tether.domain.message_bus import MessageBus
-from tether.domain.queued_messages import Waiting, queued_id
 from tether.domain.turn_context import TurnContext
 from tether.handlers.cancel import cancel_turn
+from tether.handlers.claims import ConversationClaims
+from tether.handlers.endings import TurnEndings
 from tether.handlers.erase import erase_conversation
 from tether.handlers.errors import (
     BotParamsError,
-    ConversationBusyError,
     DrainingError,
-    NotImplementedByStoreError,
     NotOwnerError,
     StorageNotConfiguredError,
     TurnEndedError,
@@ -57,25 +51,19 @@ from tether.handlers.errors import (
 )
 from tether.handlers.limits import TurnLimits
 from tether.handlers.queue import TurnQueue
-from tether.handlers.takeover import PRODUCER_LOST, AutomaticTakeover
+from tether.handlers.reading import TurnReaders, TurnStatus
+from tether.handlers.running_turns import RunningTurns
+from tether.handlers.takeover import AutomaticTakeover
 from tether.handlers.turn import Turn
-from tether.handlers.turn_ends import ending_of, kept_answer
 from tether.metrics import TetherMetrics, backend_name
 from tether.observability.traces import NO_TRACING, Tracing
-from tether.runtime import conversation_row as rows
-from tether.runtime.conversation_row import RowState
 from tether.runtime.delta_publisher import DeltaPublisher
-from tether.runtime.fenced_writer import raise_fences
-from tether.runtime.follower import RecordingFollower, has_deltas, has_push, shows_the_same
+from tether.runtime.follower import has_deltas
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import (
-    BeforeGrant,
-    ClaimRefusedError,
     ConversationKey,
     FencedError,
     Lease,
-    claim,
-    take,
 )
 from tether.runtime.lifecycle import TurnState
 from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
@@ -86,43 +74,16 @@ from tether.settings import TetherSettings
 
 logger = logging.getLogger(__name__)
 
-_DISPLACE_TRIES = 3
-"""Claims an ``interrupt`` or ``rollback`` turn tries, cancelling the occupant
-before each: more than one only when other turns keep taking the conversation."""
-
 FORCED_HAND_OFF_SECONDS = 1.0
 """The end of the drain timeout kept for handing off turns whose agents would
 not stop (at most a quarter of the timeout)."""
 STOP_WAIT_SECONDS = 1.0
 """How long ``shutdown`` waits for the tasks it cancels."""
-_STARTING_WAIT = 5.0
-"""Seconds an attach waits for a turn this replica claimed to start, before it
-reads the turn from the stores instead."""
-
 Clock = Callable[[], datetime]
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class TurnStatus:
-    """The answer to ``GET /chat/stream/status``."""
-
-    message_id: str
-    status: str  # running | done | errored | cancelled | dead
-    epoch: int
-    heartbeat_at: datetime | None
-    queue: list[Waiting] = field(default_factory=list)
-    """The turns waiting after this one, in the order they will run."""
-
-
-_VERDICTS = {
-    ChatStreamStatus.DONE: "done",
-    ChatStreamStatus.ERRORED: "errored",
-    ChatStreamStatus.CANCELLED: "cancelled",
-}
 
 
 class ChatHandler:
@@ -148,10 +109,7 @@ class ChatHandler:
         real step took under load never changes a seeded history."""
         self.dead_after = timedelta(seconds=settings.dead_after)
         self.draining = False
-        self._turns: dict[str, Turn] = {}
-        self._starts: dict[str, asyncio.Future[None]] = {}
-        """Turns this replica has claimed and is starting, not yet in ``_turns``:
-        done once they are (or failed to start)."""
+        self.running = RunningTurns()
         self._background: set[asyncio.Task[object]] = set()
         self.metrics = metrics if metrics is not None else TetherMetrics()
         """Its own registry; the simulator's replicas share one (their dozens
@@ -188,6 +146,18 @@ class ChatHandler:
         )
         self.presence = ReplicaPresence(
             _presence_lock(stores.supervision) if settings.presence else None
+        )
+        self.claims = ConversationClaims(self)
+        self.readers = TurnReaders(self, self.running, takeover_running=self._takes_over)
+        self.endings = TurnEndings(
+            stores,
+            clock=clock,
+            dead_after=self.dead_after,
+            presence=self.presence,
+            metrics=self.metrics,
+            grace=settings.finished_turn_grace,
+            kick=lambda key: self._in_background(self.queue.kick(key)),
+            in_background=self._in_background,
         )
         self.takeovers = AutomaticTakeover(
             self,
@@ -267,7 +237,7 @@ class ChatHandler:
         if not request.stateful:
             lease = None
         elif displacing:
-            lease, interrupted = await self._displace(context, request.multitask_strategy)
+            lease, interrupted = await self.claims.displace(context, request.multitask_strategy)
         else:
             # The seed's strategy may take a conversation whose turn died (ended
             # first); a queued turn's start and ``enqueue`` wait for it instead.
@@ -280,19 +250,21 @@ class ChatHandler:
                 if dequeue is not None
                 else None
             )
-            lease = await self._claim(
+            lease = await self.claims.claim(
                 context, automatic=automatic, end_dead=ends_dead, before_grant=still_waiting
             )
         # From the claim on the row names this turn, so an attach here finds it
         # there before it runs (its user message and marker still to write):
         # it waits for the start (``attach``) rather than read it from the stores.
-        starting = self._starts[message_id] = asyncio.get_running_loop().create_future()
+        starting = self.running.starting(message_id)
         asking = False
         try:
             if interrupted is not None and request.multitask_strategy == "rollback":
                 assert lease is not None
-                await self._roll_back(context, interrupted, lease.epoch)
-            first_index, recorded = await self._recorded(context, lease) if resuming else (0, None)
+                await self.claims.roll_back(context, interrupted, lease.epoch)
+            first_index, recorded = (
+                await self.claims.recorded(context, lease) if resuming else (0, None)
+            )
             turn = Turn(
                 request=request,
                 setup=setup,
@@ -323,7 +295,7 @@ class ChatHandler:
                     if not await self.queue.remove(key, dequeue, lease.epoch):
                         raise FencedError(message_id)  # a newer epoch (a cancel) holds it
                 await turn.mark()
-            self._turns[message_id] = turn
+            self.running.hold(turn)
         except BaseException as error:
             if lease is not None:
                 if self.heartbeats is not None:
@@ -338,9 +310,7 @@ class ChatHandler:
                         await lease.delete_row()
             raise
         finally:
-            if self._starts.get(message_id) is starting:
-                del self._starts[message_id]
-            starting.set_result(None)
+            self.running.started(message_id, starting)
         self.metrics.turn_started(lease.takeover if lease is not None else None)
         task = turn.start()
         task.add_done_callback(lambda _: self._after_turn(turn))
@@ -399,75 +369,7 @@ class ChatHandler:
 
     async def grant(self, key: ConversationKey, message_id: str) -> Lease:
         """Claim the conversation's next epoch for a new turn ``message_id``."""
-        return await self._grant(key, message_id, takeover_of=None)
-
-    async def _reader_key(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> ConversationKey:
-        """The key of the stream rows a reader may see: their own, or, for a
-        conversation shared with them, its owner's. A private conversation of
-        someone else is a 403, whatever the reader guesses."""
-        key = self._key(tenant, requester_uuid, session_id)
-        store = self.stores.conversation
-        if store is None:
-            return key
-        try:
-            summary = await store.get_conversation(tenant, key.requester_uuid, session_id)
-        except NotImplementedError:
-            return key
-        except ConversationNotOwnedError as error:
-            raise NotOwnerError("this conversation is private to its owner") from error
-        if summary is None or summary.owner_uuid == key.requester_uuid:
-            return key
-        return ConversationKey(tenant, summary.owner_uuid, session_id)
-
-    async def _settled(
-        self,
-        events: AsyncIterator[StreamEvent | StreamEnd],
-        key: ConversationKey,
-        message_id: str,
-        start_index: int,
-    ) -> AsyncIterator[StreamEvent | StreamEnd]:
-        """A follower's events, its ``gone`` settled by the transcript.
-
-        The follower hears ``gone`` once the row names another turn: the next
-        queued one, to which this turn handed the conversation at its end
-        (``Lease.pass_on``), or an interrupt's, which claimed it right after
-        its cancel. Then the turn's answer, and how it ended, are in the
-        transcript (``handlers.turn_ends``): the reader gets that answer, if
-        it was not the last message it was sent, and that verdict. So does a
-        follower whose turn's row was cleaned up meanwhile. Without an answer
-        there (a rolled-back turn, one cancelled before anything of it was
-        recorded) it stays ``gone``."""
-        last: StreamEvent | None = None
-        async for item in events:
-            if isinstance(item, StreamEvent):
-                last = item
-            elif item.reason == "gone":
-                recorded = await self.answer_in_transcript(key, message_id)
-                if recorded is not None:
-                    answer, item = recorded, ending_of(recorded)
-                    if last is None or not shows_the_same(last.message, answer):
-                        index = last.index + 1 if last is not None else start_index
-                        yield StreamEvent(index, answer)
-            yield item
-
-    async def answer_in_transcript(
-        self, key: ConversationKey, message_id: str
-    ) -> ChatMessage | None:
-        """Turn ``message_id``'s answer as the transcript holds it, if it does."""
-        store = self.stores.conversation
-        if store is None:
-            return None
-        transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
-        return next(
-            (
-                m
-                for m in transcript
-                if m.message_id == message_id and m.sender is ChatMessageSender.BOT
-            ),
-            None,
-        )
+        return await self.claims.grant_epoch(key, message_id, takeover_of=None)
 
     async def _check_writer(self, tenant: str, requester_uuid: str, session_id: str) -> None:
         """Writes (a turn, a resume, a cancel) are the owner's alone, shared or not.
@@ -487,195 +389,11 @@ class ChatHandler:
         if summary is not None and summary.owner_uuid != requester_uuid:
             raise NotOwnerError("only the owner can write to this conversation")
 
-    async def _claim(
-        self,
-        context: TurnContext,
-        *,
-        automatic: bool,
-        end_dead: bool = False,
-        before_grant: BeforeGrant | None = None,
-    ) -> Lease | None:
-        """The lease of a new turn, or of a resume (``context.resuming``); 409
-        naming the occupant when the conversation is not free. A turn whose
-        producer died occupies it until it is resumed or ended: with
-        ``end_dead`` (the seed's strategy) it is ended first, with what it
-        had recorded and a verdict, and the claim made again."""
-        store = self.stores.supervision
-        if store is None:
-            return None
-        key = self._key(context.tenant, context.requester_uuid, context.session_id or "")
-        takeover = context.message_id if context.resuming else None
-        if takeover is not None:
-            await self._check_resumable(key, takeover)
-        try:
-            return await self._grant(
-                key,
-                context.message_id,
-                takeover_of=takeover,
-                automatic=automatic,
-                before_grant=before_grant,
-            )
-        except ClaimRefusedError as refused:
-            # Never for a resume: the occupant may be its own turn, resumed
-            # elsewhere a moment ago.
-            ending = end_dead and takeover is None
-            if not (ending and await self._end_displaced(key, refused.occupant)):
-                raise _refusal(key, refused) from refused
-        try:
-            return await self._grant(
-                key, context.message_id, takeover_of=None, before_grant=before_grant
-            )
-        except ClaimRefusedError as refused:
-            raise _refusal(key, refused) from refused
-
-    async def _end_displaced(
-        self, key: ConversationKey, occupant: ChatStreamSupervision | None
-    ) -> bool:
-        """End the dead turn a new message is about to displace (or one whose
-        cancel or reaping died half way), so its answer and verdict stay in
-        the transcript; whether the claim may be tried again. Not a queued
-        turn the row was passed on to: it runs first."""
-        if occupant is None:
-            return False
-        state = rows.state_of(occupant, self.clock(), self.dead_after, self.presence.gone)
-        stuck = state is RowState.ENDING and rows.is_stuck(occupant, self.clock(), self.dead_after)
-        if not (state is RowState.DEAD or stuck):
-            return False
-        if await self.queue.is_waiting(key, occupant.message_id):
-            return False
-        await self.end_dead_turn(
-            key,
-            occupant.message_id,
-            PRODUCER_LOST,
-            "the turn's producer died and a new message took the conversation",
-        )
-        return True  # ended, by us or by another hand meanwhile: claim again
-
-    async def _displace(
-        self, context: TurnContext, strategy: MultitaskStrategy
-    ) -> tuple[Lease | None, str | None]:
-        """Claim the conversation for a new turn, cancelling whatever turn
-        occupies it (``interrupt``, ``rollback``): the cancel of any replica,
-        so the occupant's partial answer is kept and its producer, wherever it
-        runs, is fenced. Returns the lease and the interrupted turn's id."""
-        if strategy == "rollback" and not self._can_roll_back():
-            raise NotImplementedByStoreError(
-                "rollback needs a conversation store that can remove messages "
-                "(remove_fenced); this server's cannot: use interrupt"
-            )
-        interrupted: str | None = None
-        for _ in range(_DISPLACE_TRIES):
-            try:
-                return await self._claim(context, automatic=False), interrupted
-            except ConversationBusyError as busy:
-                occupant = busy.message_id
-            try:
-                await self.cancel(
-                    context.tenant, context.requester_uuid, context.session_id, occupant, kick=False
-                )
-                interrupted = occupant
-            except (TurnEndedError, TurnNotFoundError, ConversationBusyError):
-                pass  # it ended, or changed hands, meanwhile: claim again
-        raise ConversationBusyError(
-            "the conversation stayed busy: other turns kept taking it; try again",
-            message_id=occupant,
-            session_id=context.session_id,
-        )
-
-    def _can_roll_back(self) -> bool:
-        store = self.stores.conversation
-        return store is None or (
-            type(store).remove_fenced is not ChatConversationStore.remove_fenced
-        )
-
-    async def _roll_back(self, context: TurnContext, interrupted: str, epoch: int) -> None:
-        """Remove the interrupted turn's user message and partial answer from the
-        transcript, fenced at the new turn's epoch (before its own user message)."""
-        store = self.stores.conversation
-        if store is None:
-            return  # no transcript here: the client's is the only one
-        # And its queued copy, should a start fenced half way have left one:
-        # alone, it would read as waiting again and the turn would run.
-        ids = [interrupted, f"{interrupted}-user", queued_id(interrupted)]
-        key = self._key(context.tenant, context.requester_uuid, context.session_id or "")
-        if not await store.remove_fenced(
-            key.tenant, key.requester_uuid, key.session_id, ids, epoch=epoch
-        ):
-            raise ConversationBusyError(
-                "the conversation changed hands during the rollback; try again",
-                message_id=context.message_id,
-                session_id=key.session_id,
-            )
-
-    async def _grant(
-        self,
-        key: ConversationKey,
-        message_id: str,
-        *,
-        takeover_of: str | None,
-        automatic: bool = False,
-        before_grant: BeforeGrant | None = None,
-    ) -> Lease:
-        """Claim the conversation's next epoch for ``message_id``, every other
-        store fenced at it first (``ClaimRefusedError`` when it is not free)."""
-        assert self.stores.supervision is not None
-        return await claim(
-            self.stores.supervision,
-            key,
-            message_id,
-            self.clock,
-            self.dead_after,
-            raise_fences=functools.partial(raise_fences, self.stores, key),
-            takeover_of=takeover_of,
-            automatic=automatic,
-            producer=lambda: self.presence.producer,
-            gone=self.presence.gone,
-            before_grant=before_grant,
-        )
-
     def _producer_changed(self, producer: str | None) -> None:
         """This replica's presence id changed (its lock was lost and held again):
         its leases read it at each write, so they name the new one from their
         next write on; this only counts it."""
         self.metrics.presence_changes.inc()
-
-    async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
-        """Resume takes over only a dead turn: live is 409, finished or replaced is 410."""
-        assert self.stores.supervision is not None
-        row = await self.stores.supervision.read(key.tenant, key.requester_uuid, key.session_id)
-        if row is None or row.message_id != message_id:
-            raise TurnEndedError(f"turn {message_id} is finished or was replaced by a newer turn")
-        if row.status is not ChatStreamStatus.RUNNING:
-            raise TurnEndedError(f"turn {message_id} is {_VERDICTS[row.status]}; nothing to resume")
-        if row.is_live(self.clock(), self.dead_after, self.presence.gone):
-            raise ConversationBusyError(
-                f"turn {message_id} is still running; attach to it instead",
-                message_id=message_id,
-                session_id=key.session_id,
-            )
-
-    async def _recorded(
-        self, context: TurnContext, lease: Lease | None
-    ) -> tuple[int, ChatMessage | None]:
-        """Where a resumed turn's stream starts, and what its clients last saw.
-
-        Each producer of a turn streams at most ``max_turn_events`` messages, so
-        a resumed producer at epoch ``e`` starts at ``e * max_turn_events``:
-        past anything any earlier producer can have streamed (their epochs are
-        lower), and apart from any other resumer (each epoch has one claimant),
-        so ids never repeat with different content, and an old ``start_index``
-        or ``Last-Event-ID`` still works. The recorded message, read after the
-        claim fenced the recording, is returned so the resumed stream starts
-        from it rather than from the (older) checkpoint."""
-        epoch = lease.epoch if lease is not None else 1
-        first_index = epoch * self.settings.max_turn_events
-        store = self.stores.recording
-        if store is None:
-            return first_index, None
-        record = await store.read(context.tenant, context.requester_uuid, context.session_id or "")
-        if record is None or record.message_id != context.message_id:
-            return first_index, None
-        return max(first_index, record.index + 1), record.message
 
     # ---------------------------------------------------- after and cleanup
 
@@ -710,7 +428,7 @@ class ChatHandler:
         Only a turn that wrote its own verdict removes them: one stopped for a
         cancel leaves them to the canceller, whose verdict is still to come."""
         await asyncio.sleep(self.settings.finished_turn_grace)
-        self._turns.pop(turn.message_id, None)
+        self.running.forget(turn.message_id)
         if turn.lease is None or turn.lease.lost:
             return
         if turn.lifecycle.state not in (TurnState.DONE, TurnState.ERRORED):
@@ -730,14 +448,13 @@ class ChatHandler:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
     def local_turn(self, message_id: str) -> Turn | None:
-        return self._turns.get(message_id)
+        return self.running.get(message_id)
 
     def running_turn_of(self, key: ConversationKey) -> str | None:
         """The message id of a turn this replica is producing for ``key``, if any."""
-        for turn in self._turns.values():
-            if turn.key == key and turn.buffer.end is None:
-                return turn.message_id
-        return None
+        return self.running.producing(key)
+
+    # ------------------------------------------------------------ reading
 
     async def attach(
         self,
@@ -747,136 +464,18 @@ class ChatHandler:
         message_id: str,
         start_index: int,
     ) -> tuple[AsyncIterator[StreamEvent | StreamEnd], bool]:
-        """The turn's events from ``start_index``: from the live buffer when this
-        replica produces it, else by following the recording from the stores.
-        The flag says whether the source is the live buffer."""
-        requester = normalize_owner(requester_uuid)
-        starting = self._starts.get(message_id)
-        if starting is not None:
-            # Claimed here a moment ago: follow it from its live buffer once it
-            # runs (from the stores, should its start fail or take long).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(starting), _STARTING_WAIT)
-        local = self._turns.get(message_id)
-        if local is not None and local.lease is not None and local.lease.lost:
-            # This replica lost the turn (a takeover, a cancel, a drain): its buffer
-            # is a stale copy. Follow the stores, where the current owner writes.
-            local = None
-        if (
-            local is not None
-            and local.lease is not None
-            and local.buffer.end is not None
-            and self.stores.supervision is not None
-        ):
-            # A stateful turn over here: served from memory only while its row
-            # still names it. Once the row is gone (an erase, or the clean-up)
-            # or names the next turn, the transcript is the one answer there is.
-            k = local.key
-            row = await self.stores.supervision.read(k.tenant, k.requester_uuid, k.session_id)
-            if row is None or row.message_id != message_id:
-                local = None
-        # The local buffer serves only the turn of the key the reader names: its
-        # own turn (of the session given, if any), or below, a shared one's.
-        if (
-            local is not None
-            and (local.context.tenant, local.context.requester_uuid) == (tenant, requester)
-            and (not session_id or local.context.session_id in (None, session_id))
-        ):
-            return self.metrics.lagged(local.buffer.follow(start_index)), True
-        recording, supervision = self.stores.recording, self.stores.supervision
-        if not session_id or recording is None or supervision is None:
-            raise TurnNotFoundError(
-                f"turn {message_id} is not running on this server"
-                + ("" if session_id else "; pass its session_id to follow it from another")
-            )
-        key = await self._reader_key(tenant, requester, session_id)
-        if local is not None and local.key == key:
-            return self.metrics.lagged(local.buffer.follow(start_index)), True
-        row = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
-        if row is None or row.message_id != message_id:
-            if await self.queue.is_waiting(key, message_id):
-                # Queued: stream it once it starts, wherever it does.
-                async def later(start: int) -> AsyncIterator[StreamEvent | StreamEnd]:
-                    events, _ = await self.attach(tenant, requester, session_id, message_id, start)
-                    return events
-
-                return self.queue.follow_when_started(key, message_id, later, start_index), False
-            answer = await self.answer_in_transcript(key, message_id)
-            if answer is None:
-                raise TurnEndedError(
-                    f"turn {message_id} is finished and cleaned up, or never existed"
-                )
-            # Over, its row cleaned up or naming the next turn: its answer
-            # says how it ended (``handlers.turn_ends``).
-            return _told(StreamEvent(start_index, answer), ending_of(answer)), False
-
-        def live_here(epoch: int, start: int) -> AsyncIterator[StreamEvent | StreamEnd] | None:
-            """The turn's live buffer, once this replica produces it at ``epoch``."""
-            turn = self._turns.get(message_id)
-            if turn is None or turn.lease is None or turn.lease.lost:
-                return None
-            if (turn.key, turn.lease.epoch) != (key, epoch):
-                return None
-            return self.metrics.lagged(turn.buffer.follow(start))
-
-        follower = RecordingFollower(
-            recording,
-            supervision,
-            key,
-            message_id,
-            clock=self.clock,
-            dead_after=self.dead_after,
-            poll_interval=(
-                self.settings.follower_push_fallback_interval
-                if has_push(recording)
-                else self.settings.follower_poll_interval
-            ),
-            await_takeover=self.settings.dead_after if self.takeovers.running else 0.0,
-            live_here=live_here,
-            monotonic=self.monotonic,
+        """The turn's events from ``start_index`` (``TurnReaders.attach``), and
+        whether they come from this replica's live buffer."""
+        return await self.readers.attach(
+            tenant, requester_uuid, session_id, message_id, start_index
         )
-        return self._settled(follower.follow(start_index), key, message_id, start_index), False
-
-    # --------------------------------------------------- status and cancel
 
     async def status(self, tenant: str, requester_uuid: str | None, session_id: str) -> TurnStatus:
-        store = self.stores.supervision
-        if store is not None:
-            key = await self._reader_key(tenant, requester_uuid, session_id)
-            row = await store.read(key.tenant, key.requester_uuid, key.session_id)
-            waiting = await self.queue.waiting(key)
-            if waiting and (
-                row is None or row.status is not ChatStreamStatus.RUNNING or self.reads_dead(row)
-            ):
-                # Idle (or its row dead: a hand-off to the next queued turn
-                # whose replica died) with turns waiting: start the next one
-                # now, and say so.
-                if await self.queue.kick(key) is not None or row is None:
-                    row = await store.read(key.tenant, key.requester_uuid, key.session_id)
-                    waiting = await self.queue.waiting(key)
-            if row is None:
-                # No turn, or an erased conversation: a turn this replica still
-                # remembers must not be told of after its row is gone.
-                raise TurnNotFoundError(f"no turn is known for conversation {session_id!r}")
-            return TurnStatus(
-                row.message_id, self._verdict(row), row.epoch, row.heartbeat_at, waiting
-            )
-        # Without a supervision store only this replica's own turns can be known.
-        for turn in reversed(list(self._turns.values())):
-            ctx = turn.context
-            if (ctx.tenant, ctx.requester_uuid, ctx.session_id) == (
-                tenant,
-                normalize_owner(requester_uuid),
-                session_id,
-            ):
-                end = turn.buffer.end
-                return TurnStatus(turn.message_id, end.reason if end else "running", 0, None)
-        raise TurnNotFoundError(f"no turn is known for conversation {session_id!r}")
+        """The conversation's last turn and its queue (``TurnReaders.status``)."""
+        return await self.readers.status(tenant, requester_uuid, session_id)
 
-    def _verdict(self, row: ChatStreamSupervision) -> str:
-        if row.status is ChatStreamStatus.RUNNING:
-            return "dead" if self.reads_dead(row) else "running"
-        return _VERDICTS[row.status]
+    def _takes_over(self) -> bool:
+        return self.takeovers.running
 
     def reads_dead(self, row: ChatStreamSupervision) -> bool:
         """Whether ``row`` reads dead here now: by its heartbeat's age, or its
@@ -896,7 +495,7 @@ class ChatHandler:
         returns the turn never produces again (``handlers.cancel``). Then the
         conversation's next queued turn starts (unless ``kick`` is False: an
         interrupt's own turn goes first)."""
-        local = self._turns.get(message_id)
+        local = self.running.get(message_id)
         store = self.stores.supervision
         if store is None or (local is not None and local.lease is None):
             # A stateless turn has no conversation to check: only its own
@@ -938,70 +537,6 @@ class ChatHandler:
             raise TurnNotFoundError(f"turn {message_id} is not running")
         return found
 
-    async def end_dead_turn(
-        self, key: ConversationKey, message_id: str, code: str, reason: str
-    ) -> bool:
-        """End a dead turn that will not be resumed (the reaper, the takeover
-        limit, a new message over it), or one whose ending stopped half way:
-        the row taken at the next epoch (``ENDING``, so no cancel ends it
-        too), then ``errored``, with what it recorded kept as its answer;
-        ``cancelled``, with nothing written to the transcript, when its
-        question was never recorded (a queued turn taken out of the queue
-        after the row was passed on to it). Whether this replica ended it:
-        False when the turn is no longer dead or another replica was first."""
-        store = self.stores.supervision
-        assert store is not None
-        row = await store.read(key.tenant, key.requester_uuid, key.session_id)
-        if row is None or row.message_id != message_id:
-            return False
-        state = rows.state_of(row, self.clock(), self.dead_after, self.presence.gone)
-        if not (state is RowState.DEAD or rows.is_stuck(row, self.clock(), self.dead_after)):
-            return False  # live, finished, or another hand ends it now
-        try:
-            lease = await take(
-                store,
-                key,
-                rows.Reading(row, row.epoch),
-                message_id,
-                self.clock,
-                functools.partial(raise_fences, self.stores, key),
-                lambda: rows.REAPER,
-            )
-        except ClaimRefusedError:
-            return False
-        asked = await self.asked(key, message_id)
-        written = await self.written_verdict(key, message_id)
-        if written is not None:
-            # An ender before us (a cancel, the reaper, the producer's own
-            # seal) wrote the verdict and died before the row said it: the
-            # row now says the same, so every reader hears one ending.
-            status, reaped = written, False
-        elif rows.is_cancelling(row):
-            # A cancel that died half way: its intent stands, and it is the
-            # verdict the cancel's own retry would write.
-            status, reaped = ChatStreamStatus.CANCELLED, False
-            if not await self.keep_partial_answer(key, message_id, lease.epoch):
-                return False  # a newer epoch took the conversation meanwhile
-        elif asked:
-            status, reaped = ChatStreamStatus.ERRORED, True
-            logger.warning("turn %s: ended errored (%s): %s", message_id, code, reason)
-            kept = await self.keep_partial_answer(
-                key, message_id, lease.epoch, status="errored", error=(code, reason)
-            )
-            if not kept:
-                return False  # a newer epoch took the conversation meanwhile
-        else:
-            status, reaped = ChatStreamStatus.CANCELLED, False
-        try:
-            await lease.finish(status)
-        except FencedError:
-            return False
-        if reaped:
-            self.metrics.turns_reaped.labels(code).inc()
-        self.forget_later(key, message_id, lease.row_epoch)
-        self._in_background(self.queue.kick(key))
-        return True
-
     async def erase(self, tenant: str, requester_uuid: str | None, session_id: str) -> bool:
         """Erase the conversation and everything it owns (``handlers.erase``);
         whether a transcript existed. The owner's DELETE, and the takeover
@@ -1015,107 +550,8 @@ class ChatHandler:
             dead_after=self.dead_after,
             running_locally=self.running_turn_of,
             producer=lambda: self.presence.producer,
-            end_dead=self.end_erased_turn,
+            end_dead=self.endings.end_erased_turn,
         )
-
-    async def end_erased_turn(self, key: ConversationKey, message_id: str) -> bool:
-        """``end_dead_turn`` for a dead turn whose conversation is being erased."""
-        return await self.end_dead_turn(
-            key,
-            message_id,
-            PRODUCER_LOST,
-            "the turn's producer died and its conversation was erased",
-        )
-
-    async def asked(self, key: ConversationKey, message_id: str) -> bool:
-        """Whether turn ``message_id``'s user message is in the transcript (a
-        turn records it right after its claim): only then may its verdict
-        write an answer there. True without a conversation store."""
-        store = self.stores.conversation
-        if store is None:
-            return True
-        transcript = await store.get_transcript(key.tenant, key.requester_uuid, key.session_id)
-        return any(m.message_id == f"{message_id}-user" for m in transcript)
-
-    async def written_verdict(
-        self, key: ConversationKey, message_id: str
-    ) -> ChatStreamStatus | None:
-        """The verdict already in the transcript for turn ``message_id`` (its
-        answer, marked with how it ended: ``turn_ends``), or None. Read by a
-        hand that has just taken the row of a turn whose ending stopped half
-        way: the row then says what the transcript says."""
-        answer = await self.answer_in_transcript(key, message_id)
-        return ChatStreamStatus(ending_of(answer).reason) if answer is not None else None
-
-    async def keep_partial_answer(
-        self,
-        key: ConversationKey,
-        message_id: str,
-        epoch: int,
-        *,
-        status: LastTurnStatus = "cancelled",
-        error: tuple[str, str] | None = None,
-    ) -> bool:
-        """Write a turn's verdict, given by another hand than its producer's (a
-        cancel, the reaper), into its transcript at that verdict's epoch: the
-        newest recorded message (read after the fence, so nothing a fenced
-        producer writes later can be newer than it) as its answer, marked
-        with the way it ended (``handlers.turn_ends``: a cancel, or an
-        ``error`` (code, message)), so the transcript says why the answer
-        stops where it does. Nothing is written for a turn whose question was
-        never recorded: an answer there would follow no question.
-
-        Fenced and idempotent by ``message_id``: if the producer sealed its whole
-        answer before the fence, that answer stays the one bot message.
-        Whether the store took it (False: a newer epoch holds the conversation)."""
-        conversations = self.stores.conversation
-        if conversations is None or not await self.asked(key, message_id):
-            return True
-        partial: ChatMessage | None = None
-        if self.stores.recording is not None:
-            record = await self.stores.recording.read(
-                key.tenant, key.requester_uuid, key.session_id
-            )
-            if record is not None and record.message_id == message_id:
-                partial = record.message
-        # With its tool calls closed and its end marked (``turn_ends``).
-        partial = kept_answer(
-            partial, status, session_id=key.session_id, message_id=message_id, error=error
-        )
-        return await conversations.append_fenced(
-            key.tenant,
-            key.requester_uuid,
-            key.session_id,
-            await self._stored_agent(key),
-            [partial] if partial is not None else [],
-            epoch=epoch,
-            last_turn_status=status,
-            create_if_absent=False,
-        )
-
-    async def _stored_agent(self, key: ConversationKey) -> str:
-        """The conversation's agent as stored: appending names it again, and a
-        verdict written by another replica (a cancel, the reaper) repeats it."""
-        assert self.stores.conversation is not None
-        with contextlib.suppress(NotImplementedError):
-            summary = await self.stores.conversation.get_conversation(
-                key.tenant, key.requester_uuid, key.session_id
-            )
-            return summary.agent_identifier if summary is not None else ""
-        return ""
-
-    def forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
-        async def forget() -> None:
-            await asyncio.sleep(self.settings.finished_turn_grace)
-            with contextlib.suppress(Exception):
-                if self.stores.recording is not None:
-                    await self.stores.recording.delete(
-                        key.tenant, key.requester_uuid, key.session_id, message_id
-                    )
-                if self.stores.supervision is not None:
-                    await rows.delete(self.stores.supervision, key, message_id, epoch)
-
-        self._in_background(forget())
 
     # ------------------------------------------------------------ shutdown
 
@@ -1133,13 +569,13 @@ class ChatHandler:
         loop = asyncio.get_running_loop()
         timeout = self.settings.drain_timeout
         deadline = loop.time() + timeout
-        running = self._running_turns()
+        running = self.running.with_tasks()
         if running:
             await asyncio.wait(
                 [t.task for t in running if t.task is not None],
                 timeout=min(self.settings.drain_grace, timeout),
             )
-        stopping = self._running_turns()
+        stopping = self.running.with_tasks()
         if not stopping:
             return []
         handing_off = [asyncio.create_task(turn.hand_off()) for turn in stopping]
@@ -1162,10 +598,7 @@ class ChatHandler:
                 turn.buffer.close(StreamEnd("dead"))  # readers resume elsewhere
         for task in handing_off:
             task.cancel()  # only waits on its turn's task
-        return [turn.message_id for turn in self._running_turns()]
-
-    def _running_turns(self) -> list[Turn]:
-        return [t for t in self._turns.values() if t.task is not None and not t.task.done()]
+        return [turn.message_id for turn in self.running.with_tasks()]
 
     async def start(self) -> None:
         """Start the replica's own background work (the app's start-up): its
@@ -1193,7 +626,7 @@ class ChatHandler:
         """Stop every local turn and background task (the process is exiting)."""
         await self.takeovers.aclose()
         tasks: list[asyncio.Task[Any]] = [*self._background]
-        for turn in self._running_turns():
+        for turn in self.running.with_tasks():
             assert turn.task is not None
             turn.stop(StreamEnd("dead"))
             tasks.append(turn.task)
@@ -1214,24 +647,6 @@ class ChatHandler:
         # Released last, once nothing of this replica writes: any turn it leaves
         # running then reads dead to the others at once, not after the threshold.
         await self.presence.aclose()
-
-
-def _refusal(key: ConversationKey, refused: ClaimRefusedError) -> Exception:
-    """What a refused claim answers: 409 naming the occupant, or 410 when a
-    resume finds its turn gone."""
-    occupant = refused.occupant
-    if occupant is None:
-        return TurnEndedError("the turn to resume no longer exists")
-    return ConversationBusyError(
-        f"the conversation is busy with turn {occupant.message_id}",
-        message_id=occupant.message_id,
-        session_id=key.session_id,
-    )
-
-
-async def _told(*items: StreamEvent | StreamEnd) -> AsyncIterator[StreamEvent | StreamEnd]:
-    for item in items:
-        yield item
 
 
 def _presence_lock(store: ChatStreamSupervisionStore | None) -> PresenceLock | None:

@@ -54,7 +54,7 @@ from tether.runtime.turn_stores import TurnStores
 RunningLocally = Callable[[ConversationKey], str | None]
 """The message id of a turn this replica produces for a conversation, if any."""
 EndDead = Callable[[ConversationKey, str], Awaitable[bool]]
-"""End a dead turn with its verdict (``ChatHandler.end_dead_turn``)."""
+"""End a dead turn with its verdict (``TurnEndings.end_dead_turn``)."""
 
 
 async def erase_conversation(

@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,7 +62,7 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
-from tether.handlers.replica import Replica
+from tether.handlers.replica import AttachLater, Replica
 from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
@@ -75,9 +75,6 @@ logger = logging.getLogger(__name__)
 _KICK_TRIES = 5
 """Queued turns one kick skips (cancelled or started meanwhile) before it
 leaves the rest to the next kick."""
-AttachLater = Callable[[int], Awaitable[AsyncIterator[StreamEvent | StreamEnd]]]
-"""How ``follow_when_started`` attaches once the turn runs: the handler's own
-attach from a start index, the reader's identity bound."""
 _RECHECK_POLLS = 5
 """An attach waiting for its queued turn reads the transcript at least every
 this many polls of the supervision row (and whenever the row changes)."""

@@ -11,16 +11,18 @@ whole of what a verb may do to the replica.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from tether.domain.agent_setup import AgentSetup
-from tether.domain.chat_conversation_store import LastTurnStatus
 from tether.domain.chat_request import ChatRequest
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.domain.chat_stream_supervision_store import ChatStreamSupervision
+from tether.domain.queued_messages import Waiting
+from tether.handlers.endings import TurnEndings
 from tether.metrics import TetherMetrics
 from tether.runtime.lease import ConversationKey, Lease
+from tether.runtime.live_buffer import StreamEnd, StreamEvent
 from tether.runtime.presence import ReplicaPresence
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
@@ -28,10 +30,14 @@ from tether.settings import TetherSettings
 if TYPE_CHECKING:
     from tether.handlers.turn import Turn
 
+AttachLater = Callable[[int], Awaitable[AsyncIterator[StreamEvent | StreamEnd]]]
+"""How ``follow_when_started`` attaches once the turn runs: the handler's own
+attach from a start index, the reader's identity bound."""
+
 
 class ConversationQueue(Protocol):
-    """What the cancel and the takeover ask of the conversations' queue
-    (``handlers.queue.TurnQueue``)."""
+    """What the cancel, the takeover and the readers ask of the conversations'
+    queue (``handlers.queue.TurnQueue``)."""
 
     async def is_waiting(self, key: ConversationKey, message_id: str) -> bool: ...
 
@@ -47,6 +53,18 @@ class ConversationQueue(Protocol):
 
     async def start_handed_off(self, key: ConversationKey, message_id: str) -> bool: ...
 
+    async def waiting(self, key: ConversationKey) -> list[Waiting]: ...
+
+    async def kick(self, key: ConversationKey) -> str | None: ...
+
+    def follow_when_started(
+        self,
+        key: ConversationKey,
+        message_id: str,
+        attach: AttachLater,
+        start_index: int,
+    ) -> AsyncIterator[StreamEvent | StreamEnd]: ...
+
 
 class Replica(Protocol):
     """The replica a verb runs on (``handlers.chat_handler.ChatHandler``)."""
@@ -54,6 +72,7 @@ class Replica(Protocol):
     stores: TurnStores
     settings: TetherSettings
     clock: Callable[[], datetime]
+    monotonic: Callable[[], float]
     dead_after: timedelta
     metrics: TetherMetrics
     presence: ReplicaPresence
@@ -61,6 +80,9 @@ class Replica(Protocol):
 
     @property
     def queue(self) -> ConversationQueue: ...
+
+    @property
+    def endings(self) -> TurnEndings: ...
 
     # ---------------------------------------------------------------- turns
 
@@ -96,25 +118,5 @@ class Replica(Protocol):
         *,
         kick: bool = True,
     ) -> None: ...
-
-    async def end_dead_turn(
-        self, key: ConversationKey, message_id: str, code: str, reason: str
-    ) -> bool: ...
-
-    async def written_verdict(
-        self, key: ConversationKey, message_id: str
-    ) -> ChatStreamStatus | None: ...
-
-    async def keep_partial_answer(
-        self,
-        key: ConversationKey,
-        message_id: str,
-        epoch: int,
-        *,
-        status: LastTurnStatus = "cancelled",
-        error: tuple[str, str] | None = None,
-    ) -> bool: ...
-
-    def forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None: ...
 
     async def erase(self, tenant: str, requester_uuid: str | None, session_id: str) -> bool: ...

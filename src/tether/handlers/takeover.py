@@ -62,6 +62,7 @@ from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_conversation_store import ConversationNotOwnedError
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore, StaleTurn
+from tether.handlers.endings import PRODUCER_LOST
 from tether.handlers.errors import (
     ConversationBusyError,
     TurnEndedError,
@@ -80,7 +81,6 @@ from tether.runtime.lease import ConversationKey
 logger = logging.getLogger(__name__)
 
 TAKEOVER_LIMIT = "TAKEOVER_LIMIT"
-PRODUCER_LOST = "PRODUCER_LOST"
 
 _BATCH = 50  # dead turns looked at per scan
 _CANNOT_LIST = (
@@ -259,20 +259,20 @@ class AutomaticTakeover:
             return True
         if state is RowState.ENDING:
             # The reaper died half way: its verdict stands.
-            return await handler.end_dead_turn(
+            return await handler.endings.end_dead_turn(
                 key, message_id, PRODUCER_LOST, "the turn's producer died and it cannot be resumed"
             )
         marker = await self._marker(key, message_id)
         if marker is None and await handler.queue.start_handed_off(key, message_id):
             return True  # a queued turn whose starter drained or died before its marker
         if marker is None:
-            return await handler.end_dead_turn(
+            return await handler.endings.end_dead_turn(
                 key, message_id, PRODUCER_LOST, "the turn's producer died and it cannot be resumed"
             )
         if not self._resume:
             return False  # automatic takeover is off: left for a client's resume
         if int(marker.get("takeovers", 0)) >= self._limit:
-            return await handler.end_dead_turn(
+            return await handler.endings.end_dead_turn(
                 key,
                 message_id,
                 TAKEOVER_LIMIT,
@@ -287,7 +287,7 @@ class AutomaticTakeover:
         except (ConversationBusyError, TurnEndedError):
             return False  # another replica (or a client) was first, or it ended
         except UnknownAgentError:
-            return await handler.end_dead_turn(
+            return await handler.endings.end_dead_turn(
                 key, message_id, PRODUCER_LOST, "the turn's agent is no longer set up"
             )
         except TurnRequestError as error:

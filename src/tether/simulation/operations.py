@@ -164,7 +164,7 @@ async def retention_scan(world: World, replica: Replica) -> str:
         now=world.clock(),
         dead_after=replica.handler.dead_after,
         clock=replica.handler.clock,
-        end_dead=replica.handler.end_erased_turn,
+        end_dead=replica.handler.endings.end_erased_turn,
     )
     for removed in report.removed:
         world.model.erase_returned(removed.session_id, began, "retention")
