@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -53,6 +53,7 @@ from tether.runtime.live_buffer import StreamEvent  # noqa: E402
 from tether.tools import current_tool_call  # noqa: E402
 
 AGENT = "librarian"
+WRITER = "note-writer"
 
 
 class Librarian:
@@ -69,6 +70,11 @@ class Librarian:
         self.requests: list[list[ModelMessage]] = []
         self.lookups: list[tuple[str, str]] = []
         """Each execution of the tool: its topic and its idempotency key."""
+        self.tool = "lookup"
+        """The tool the model calls."""
+        self.inside_tool = asyncio.Event()
+        self.tool_hold: asyncio.Event | None = None
+        """While set, ``send_note`` stays inside its call until it is set."""
 
     async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
         self.requests.append(list(messages))
@@ -77,7 +83,7 @@ class Librarian:
             topic = _last_prompt(messages)
             yield "Let me look that up."
             call = DeltaToolCall(
-                name="lookup",
+                name=self.tool,
                 json_args=json.dumps({"topic": topic}),
                 tool_call_id=f"call-{len(self.requests)}",
             )
@@ -112,6 +118,19 @@ async def lookup(topic: str) -> str:
     return f"the book on {topic}"
 
 
+_writer: Agent[None, str] = Agent(FunctionModel(stream_function=_model))
+
+
+@_writer.tool_plain(metadata={"on_unknown": "fail"})
+async def send_note(topic: str) -> str:
+    """Send a note about a topic (a write: never twice)."""
+    LIBRARIAN.lookups.append((topic, "note"))
+    LIBRARIAN.inside_tool.set()
+    if LIBRARIAN.tool_hold is not None:
+        await LIBRARIAN.tool_hold.wait()
+    return f"a note on {topic}"
+
+
 class _Agents(ChatAgentClassRegistry):
     registry = {}  # isolated from the process-wide registry
 
@@ -122,14 +141,22 @@ class LibrarianAgent(PydanticAIChatAgent):
     agent = _agent
 
 
+@_Agents.register()
+class NoteWriterAgent(PydanticAIChatAgent):
+    agent_name = WRITER
+    agent = _writer
+
+
 class _Setups(AgentSetupRetriever):
-    setup = AgentSetup(agent_identifier=AGENT, agent_name=AGENT)
+    by_name: ClassVar[dict[str, AgentSetup]] = {
+        name: AgentSetup(agent_identifier=name, agent_name=name) for name in (AGENT, WRITER)
+    }
 
     async def get(self, agent_identifier: str) -> AgentSetup | None:
-        return self.setup if agent_identifier == AGENT else None
+        return self.by_name.get(agent_identifier)
 
     async def list(self) -> list[AgentSetup]:
-        return [self.setup]
+        return list(self.by_name.values())
 
 
 @pytest.fixture(autouse=True)
@@ -157,11 +184,13 @@ def _replica(cluster: ScriptedCluster) -> ChatHandler:
     return handler
 
 
-async def _ask(replica: ChatHandler, session: str, text: str, **extra: Any) -> Turn:
+async def _ask(
+    replica: ChatHandler, session: str, text: str, agent: str = AGENT, **extra: Any
+) -> Turn:
     request = ChatRequest(
         tenant="t",
         request_headers=RequestHeaders(requester_uuid="u"),
-        agent_identifier=AGENT,
+        agent_identifier=agent,
         conversation=[ChatMessage(sender=ChatMessageSender.USER, content=text)],
         stateful=True,
         session_id=session,
@@ -303,3 +332,28 @@ async def test_a_dead_producer_s_turn_is_finished_by_a_survivor_without_a_second
     first = shown[0].content_parts or []
     assert [p.tool.status for p in first if p.tool] == [ToolCallStatus.COMPLETED]
     assert all(m.content.startswith("Let me look that up.") for m in shown)
+
+
+async def test_a_writing_tool_cut_off_in_its_call_is_not_run_again(
+    cluster: ScriptedCluster, librarian: Librarian
+) -> None:
+    librarian.tool, librarian.tool_hold = "send_note", asyncio.Event()
+    a, b = _replica(cluster), _replica(cluster)
+    turn = await _ask(a, "s1", "rivers", agent=WRITER)
+    async with asyncio.timeout(10):
+        await librarian.inside_tool.wait()  # started (checkpointed), never settled
+    await a.shutdown()
+    cluster.kill_by_silence()
+
+    assert await b.takeovers.scan() == 1
+    resumed = b.local_turn(turn.message_id)
+    assert resumed is not None
+    assert await cluster.ended(resumed) == "done"
+    # on_unknown="fail": not run again; the model is told it may or may not have happened.
+    assert librarian.lookups == [("rivers", "note")]
+    told = [p for p in librarian.requests[-1][-1].parts if isinstance(p, ToolReturnPart)]
+    assert [r.outcome for r in told] == ["failed"]
+    assert "may or may not have happened" in str(told[0].content)
+    (answer,) = _bots(await cluster.transcript("s1"))
+    tools = [p.tool for p in answer.content_parts or [] if p.tool]
+    assert [t.status for t in tools] == [ToolCallStatus.ERROR]
