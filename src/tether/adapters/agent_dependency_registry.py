@@ -21,7 +21,11 @@ FactoryClass = TypeVar("FactoryClass", bound=type[AgentDependencyFactory])
 # import, so importing the registry never drags in an LLM SDK, and a missing or
 # broken optional module only matters to agents that ask for what it builds.
 # Each entry is (module, attribute of the factory class).
-_BUILTIN_FACTORIES: tuple[tuple[str, str], ...] = (("tether.adapters.llm", "ChatClientFactory"),)
+_BUILTIN_FACTORIES: tuple[tuple[str, str], ...] = (
+    ("tether.adapters.llm", "ChatClientFactory"),
+    # Only with the tether[pydantic-ai] extra installed (an ImportError skips it).
+    ("tether.integrations.pydantic_ai", "PydanticAIRunFactory"),
+)
 
 
 class DependencyRegistrationError(TypeError):
