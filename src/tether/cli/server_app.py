@@ -17,9 +17,9 @@ from tether.api.auth import Authenticator
 from tether.api.routers.mcp import install_mcp_oauth
 from tether.cli.load_chat_agent_factory import from_string
 from tether.domain.agent_setup import AgentSetup
+from tether.domain.store_bundle import StoreBundle
 from tether.project_layout import project_paths
 from tether.settings import TetherSettings
-from tether.stores import StoreBundle
 from tether.testing.pause_in_write import install_from_env as install_crash_test_pause
 
 

@@ -59,6 +59,7 @@ from tether.domain.chat_conversation_store import (
     ConversationNotOwnedError,
     ConversationSummary,
 )
+from tether.domain.store_bundle import StoreBundle, StoreURLError
 from tether.handlers.erase import EndDead, erase_conversation
 from tether.handlers.errors import ConversationBusyError
 from tether.runtime import background
@@ -66,7 +67,6 @@ from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError, Lease, take
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
-from tether.stores import StoreBundle, StoreURLError
 
 logger = logging.getLogger(__name__)
 

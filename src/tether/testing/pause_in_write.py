@@ -48,7 +48,7 @@ from enum import StrEnum
 from typing import Any
 
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
-from tether.stores import StoreBundle
+from tether.domain.store_bundle import StoreBundle
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from tether.adapters.mcp.repository import MCPOAuthRepository
 from tether.adapters.mcp.settings import MCPOAuthSettings
 from tether.adapters.mcp.store import MCPOAuthIntegrationStore
 from tether.adapters.mcp.token_client import get_mcp_oauth_token_client
-from tether.stores import StoreBundle
+from tether.domain.store_bundle import StoreBundle
 
 logger = logging.getLogger(__name__)
 

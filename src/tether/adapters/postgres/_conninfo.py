@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tether.stores import StoreURLError
+from tether.domain.store_bundle import StoreURLError
 
 # Set unless the URL says otherwise: a bounded connect, and TCP keepalives so a
 # silently vanished server is noticed in about half a minute instead of the

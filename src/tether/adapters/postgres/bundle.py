@@ -7,7 +7,7 @@ from tether.adapters.postgres.conversation import PostgresChatConversationStore
 from tether.adapters.postgres.database import PostgresDatabase
 from tether.adapters.postgres.recording import PostgresChatStreamRecordingStore
 from tether.adapters.postgres.supervision import PostgresChatStreamSupervisionStore
-from tether.stores import StoreBundle
+from tether.domain.store_bundle import StoreBundle
 
 
 def stores_from_url(url: str) -> StoreBundle:

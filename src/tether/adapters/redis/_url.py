@@ -10,7 +10,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
 from tether.adapters.redis._keys import DEFAULT_PREFIX
-from tether.stores import StoreURLError
+from tether.domain.store_bundle import StoreURLError
 
 DEFAULT_STREAM_TTL = 6 * 60 * 60
 """Seconds a supervision row or recording outlives its last write (6 hours)."""

@@ -6,7 +6,7 @@ from tether.adapters.redis.agent_state import RedisChatAgentStateStore
 from tether.adapters.redis.connection import RedisConnection
 from tether.adapters.redis.recording import RedisChatStreamRecordingStore
 from tether.adapters.redis.supervision import RedisChatStreamSupervisionStore
-from tether.stores import StoreBundle
+from tether.domain.store_bundle import StoreBundle
 
 
 def stores_from_url(url: str) -> StoreBundle:

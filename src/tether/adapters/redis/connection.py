@@ -17,9 +17,9 @@ from tether.adapters.redis._keys import DEFAULT_PREFIX, TOMBSTONE_KINDS, KeyLayo
 from tether.adapters.redis._scripts import Scripts
 from tether.adapters.redis._url import DEFAULT_STREAM_TTL, client_defaults, parse_url, pool_defaults
 from tether.domain.chat_stream_recording_store import ChangeSubscription
+from tether.domain.store_bundle import StoreURLError
 from tether.domain.store_errors import StoreCorruptedError, StoreError, StoreUnavailableError
 from tether.domain.tombstones import TombstoneKey, TombstoneKeyError
-from tether.stores import StoreURLError
 
 _T = TypeVar("_T")
 

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from tether.stores import StoreURLError
+from tether.domain.store_bundle import StoreURLError
 
 DEFAULT_BUSY_TIMEOUT = 5.0
 """Seconds a statement waits for another connection's write lock before giving up."""

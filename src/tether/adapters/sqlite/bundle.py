@@ -7,7 +7,7 @@ from tether.adapters.sqlite.conversation import SQLiteChatConversationStore
 from tether.adapters.sqlite.database import SQLiteDatabase
 from tether.adapters.sqlite.recording import SQLiteChatStreamRecordingStore
 from tether.adapters.sqlite.supervision import SQLiteChatStreamSupervisionStore
-from tether.stores import StoreBundle
+from tether.domain.store_bundle import StoreBundle
 
 
 def stores_from_url(url: str) -> StoreBundle:
