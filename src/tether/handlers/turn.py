@@ -23,40 +23,33 @@ successor that takes the turn over resumes from at least that text.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from tether.domain.agent_dependency import ResumableAgentDependency
 from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.answer_text import with_agreeing_text
 from tether.domain.chat_agent import StreamableChatAgent
-from tether.domain.chat_agent_state_store import TURN_STATE_KEY, DependencyState
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
 from tether.domain.chat_stream_recording_store import (
-    ChangeSubscription,
     RecordedStreamEvent,
     RecordingPut,
-    StreamChange,
 )
-from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
-from tether.domain.queued_messages import without_queued
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
+from tether.handlers.turn_checkpoint import TurnCheckpoint
 from tether.handlers.turn_ends import kept_answer
 from tether.metrics import TetherMetrics
 from tether.observability.logs import TurnFields
 from tether.observability.traces import NO_TRACING, Tracing
 from tether.observability.turns import TurnObservation
-from tether.runtime import conversation_row as rows
+from tether.runtime import producer_watch
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
 from tether.runtime.follower import has_push, is_regression, shows_the_same
@@ -73,36 +66,13 @@ logger = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 
-_ROW_POLL = 0.05
-"""Seconds between reads of the row while a fenced producer waits for its new
-owner's write, where the stores announce nothing."""
 NextQueued = Callable[[ConversationKey], Awaitable["str | None"]]
 """The id of the conversation's next queued turn, if one waits (``TurnQueue.head``)."""
 
 
-@functools.cache
-def _takes_resuming_turn(dependency_class: type[ResumableAgentDependency]) -> bool:
-    """Whether the class's ``load`` accepts ``resuming_turn`` (inspected once per class).
-
-    The seed's SDK defines ``load(self, state)``; tether offers the flag to
-    the dependencies that ask for it, by name or by ``**kwargs``."""
-    try:
-        parameters = inspect.signature(dependency_class.load).parameters.values()
-    except (TypeError, ValueError):
-        return True  # not introspectable: the interface's own signature
-    return any(
-        p.kind is inspect.Parameter.VAR_KEYWORD
-        or (p.name == "resuming_turn" and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
-        for p in parameters
-    )
-
-
-def _load_options(dependency: ResumableAgentDependency, resuming_turn: bool) -> dict[str, bool]:
-    """The keyword arguments ``dependency.load`` takes besides the state."""
-    return {"resuming_turn": resuming_turn} if _takes_resuming_turn(type(dependency)) else {}
-
-
 class TurnLimitError(Exception):
+    """The turn passed one of its limits (time, streamed messages): it errs."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -161,9 +131,6 @@ class Turn:
             retry_interval=settings.heartbeat_interval,
             metrics=self._metrics,
         )
-        # The turn's input: fixed when the turn is claimed (a new turn's request,
-        # or the input a resumed turn's checkpoint carries), never a resume body.
-        self._input: list[ChatMessage] = list(request.conversation)
         # A resumed turn starts its stream from what clients last saw, and holds
         # back the regenerated text until it has passed that point.
         self._recorded = recorded
@@ -176,10 +143,6 @@ class Turn:
         self._produced_count = 0
         self._settled = asyncio.Event()
         self._settled.set()
-        self._takeovers = 0
-        self._marked_state: DependencyState | None = None
-        self._resumables: list[ResumableAgentDependency] = []
-        self._checkpoint_lock = asyncio.Lock()
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
         self._dead_after = timedelta(seconds=settings.dead_after)
@@ -200,6 +163,15 @@ class Turn:
             resumed=context.resuming,
         )
         """Its log lines, span and timings (started now: the marker names the span)."""
+        self.state = TurnCheckpoint(
+            request=request,
+            context=context,
+            stores=stores,
+            writer=self.writer,
+            observed=self.observed,
+            recorded=recorded,
+        )
+        """Its checkpoint: marked before the agent runs, restored on a resume."""
 
     # ----------------------------------------------------------------- life
 
@@ -228,19 +200,12 @@ class Turn:
         )
 
     async def mark(self) -> None:
-        """Mark the checkpoint as this turn's (CLAIMED, before the agent runs),
-        with its input and what a takeover needs to rebuild its request: a
-        turn whose producer dies at any point after this, even before its
-        first checkpoint, can be resumed, by a client or by another replica on
-        its own, and answers this turn's question."""
-        store = self._stores.agent_state
-        if store is None or not self.context.stateful or self.context.resuming:
-            return
-        k = self.key
-        state = await store.load(k.tenant, k.requester_uuid, k.session_id)
-        marked = {**state, TURN_STATE_KEY: self._marker(progress=False)}
-        await self.writer.checkpoint(marked)
-        self._marked_state = marked  # what the agent's dependencies load: no second read
+        """Mark the checkpoint as this turn's (``TurnCheckpoint.mark``)."""
+        await self.state.mark()
+
+    async def checkpoint(self) -> None:
+        """Save every resumable dependency now (``TurnCheckpoint.checkpoint``)."""
+        await self.state.checkpoint()
 
     def hold_lease(self) -> None:
         """Renew the turn's lease from now on (CLAIMED, right after the claim):
@@ -380,12 +345,12 @@ class Turn:
     async def _produce(self) -> StreamEnd:
         created = await self._registries.create_agent(self.setup, self.request, self.context)
         self._created = created
-        self._resumables = [
+        self.state.resumables = [
             dep for dep in created.dependencies if isinstance(dep, ResumableAgentDependency)
         ]
-        conversation = self._input
+        conversation = self.state.input
         if self.context.stateful:
-            conversation = await self._restore()
+            conversation = await self.state.restore()
         if self.lease is not None:
             # The start's commit point: a fenced renewal after the last read
             # of the input, so a cancel (or any taker) whose row write came
@@ -515,86 +480,6 @@ class Turn:
             taken, self._unmeasured_takeover = self._unmeasured_takeover, None
             self._metrics.takeover_produced(taken, self._clock())
 
-    # ------------------------------------------------------ state and resume
-
-    async def _restore(self) -> list[ChatMessage]:
-        """Fix the turn's input, load checkpoints into resumable dependencies,
-        and return what the agent reads."""
-        store = self._stores.agent_state
-        assert store is not None  # the handler refuses stateful turns without one
-        k = self.key
-        state = self._marked_state
-        if state is None:
-            state = await store.load(k.tenant, k.requester_uuid, k.session_id)
-        marker = state.get(TURN_STATE_KEY, {})
-        own_marker = marker.get("message_id") == self.message_id
-        if self.context.resuming:
-            # The input is the one fixed when the turn was first claimed, carried
-            # by its checkpoint: a resume's body (often ``[]``) is not a question.
-            if own_marker and "conversation" in marker:
-                self._input = [ChatMessage.model_validate(m) for m in marker["conversation"]]
-            resuming_turn = own_marker and bool(marker.get("progress"))
-            if own_marker:
-                self.observed.link_to(marker.get("trace"))
-            # Count this takeover before the agent runs: a turn whose agent
-            # kills every replica that takes it over is stopped after
-            # ``TETHER_TAKEOVER_LIMIT`` of them (see ``handlers.takeover``).
-            self._takeovers = int(marker.get("takeovers", 0)) + 1 if own_marker else 1
-            await self.writer.checkpoint(
-                {**state, TURN_STATE_KEY: self._marker(progress=resuming_turn)}
-            )
-        else:
-            resuming_turn = False  # marked as this turn's by ``mark`` already
-        for dep in self._resumables:
-            await dep.load(state.get(dep.state_key, {}), **_load_options(dep, resuming_turn))
-            if self._recorded is not None:
-                # What its clients saw is often newer than the checkpoint: go on
-                # from there where the dependency can (no text said twice).
-                await dep.catch_up(self._recorded)
-            dep.bind_checkpoint_hook(self.checkpoint)
-        if any(dep.restores_conversation for dep in self._resumables):
-            return self._input
-        if self._stores.conversation is not None:
-            return without_queued(
-                await self._stores.conversation.get_transcript(
-                    k.tenant, k.requester_uuid, k.session_id
-                )
-            )
-        return self._input
-
-    def _marker(self, *, progress: bool) -> dict[str, Any]:
-        """The checkpoint's record of the turn itself: its input, whether the
-        agent made progress, how often it was taken over, and what a replica
-        needs to take it over with no client (``handlers.takeover``)."""
-        request = self.request
-        marker: dict[str, Any] = {
-            "message_id": self.message_id,
-            "epoch": self.writer.epoch,
-            "progress": progress,
-            "conversation": [m.model_dump(mode="json") for m in self._input],
-            "takeovers": self._takeovers,
-            "request": {
-                "agent_identifier": request.agent_identifier,
-                "bot_params": request.bot_params,
-                "user_roles": request.request_headers.user_roles,
-                "user_tenants": request.request_headers.user_tenants,
-            },
-        }
-        trace = self.observed.trace_carrier()
-        if trace:
-            # Its span's context: a later producer's span links to this one.
-            marker["trace"] = trace
-        return marker
-
-    async def checkpoint(self) -> None:
-        """Save every resumable dependency now (fenced by the turn's epoch)."""
-        if not self.context.stateful or not self._resumables:
-            return
-        async with self._checkpoint_lock:
-            state: DependencyState = {dep.state_key: await dep.dump() for dep in self._resumables}
-            state[TURN_STATE_KEY] = self._marker(progress=True)
-            await self.writer.checkpoint(state)
-
     # --------------------------------------------------------------- workers
 
     def _start_workers(self) -> list[asyncio.Task[None]]:
@@ -615,54 +500,40 @@ class Turn:
                 self._flush_failed,
             )
             if self.lease is not None and has_push(self._stores.recording):
-                workers.append(asyncio.create_task(self._listen()))
-        if self._stores.agent_state is not None and self._resumables:
+                watching = producer_watch.watch(
+                    self._stores.recording,
+                    self.lease,
+                    self.key,
+                    producing=lambda: (
+                        self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING)
+                    ),
+                    interval=self._settings.heartbeat_interval,
+                    on_watched=self._watched,
+                    on_taken=lambda: self.stop(StreamEnd("gone")),
+                )
+                workers.append(asyncio.create_task(watching))
+        if self._stores.agent_state is not None and self.state.resumables:
             workers.append(asyncio.create_task(self._checkpoint_loop()))
         return workers
 
-    async def _listen(self) -> None:
-        """What the conversation's channel tells the producer.
-
-        Cancel by push: when the conversation's epoch moves past ours (a cancel
-        or a takeover on any replica), stop at once rather than at the next
-        write the stores would refuse. And a follower's watch: publish this
-        turn's deltas for it (see ``DeltaPublisher``)."""
-        lease, recording, k = self.lease, self._stores.recording, self.key
-        assert lease is not None and recording is not None
-        async with recording.subscribe(k.tenant, k.requester_uuid, k.session_id) as changes:
-            while self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING):
-                heard = await changes.wait(self._settings.heartbeat_interval)
-                if StreamChange.WATCH in heard and self._deltas is not None:
-                    if self.writer.allows_recording():
-                        self._deltas.watch(
-                            self, k, self.message_id, self.writer.epoch, self.buffer.latest
-                        )
-                if StreamChange.SUPERVISION not in heard:
-                    continue
-                try:
-                    row = await lease.store.read(k.tenant, k.requester_uuid, k.session_id)
-                except Exception:
-                    # The fenced writes and the heartbeats still stop us in time.
-                    logger.debug("turn %s: watch read failed", self.message_id, exc_info=True)
-                    continue
-                if row is None or row.epoch > lease.row_epoch:
-                    self.stop(StreamEnd("gone"))
-                    return
+    def _watched(self) -> None:
+        """A follower on another replica watches: publish this turn's deltas."""
+        if self._deltas is not None and self.writer.allows_recording():
+            k = self.key
+            self._deltas.watch(self, k, self.message_id, self.writer.epoch, self.buffer.latest)
 
     async def _checkpoint_loop(self) -> None:
         try:
-            while True:
-                await asyncio.sleep(self._settings.checkpoint_interval)
-                if self.lifecycle.state is not TurnState.RUNNING:
-                    return
-                await self.checkpoint()
-        except FencedError:
+            await self.state.keep(
+                self._settings.checkpoint_interval,
+                running=lambda: self.lifecycle.state is TurnState.RUNNING,
+            )
+        except (FencedError, StoreUnavailableError):
+            # Fenced, or unreachable past the writer's retries while the lease
+            # could still be ours: another replica may own the turn.
             self.stop(StreamEnd("gone"))
         except asyncio.CancelledError:
             raise
-        except StoreUnavailableError:
-            # Retried by the writer while the lease could still be ours.
-            self.stop(StreamEnd("gone"))
         except Exception:
             logger.exception("turn %s: checkpointing failed", self.message_id)
             self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
@@ -831,46 +702,11 @@ class Turn:
         self.lifecycle.end(TurnState.HANDED_OFF)
 
     async def _fenced_end(self) -> StreamEnd:
-        """What local readers hear when another writer took the lease: a cancel
-        says cancelled (finished, or still keeping the partial), and so does a
-        newer turn in the row (an interrupt or a rollback cancelled this one
-        before it claimed; nothing carries this turn on); a takeover says ask
-        the status (the turn lives elsewhere)."""
+        """What local readers hear when another writer took the lease
+        (``producer_watch.ending_after_fence``)."""
         self.writer.fence()
         if self.lease is None:
             return StreamEnd("gone")
-        with contextlib.suppress(Exception):
-            row = await self._row_past_us()
-            if row is not None and (
-                row.message_id != self.message_id
-                or row.status is ChatStreamStatus.CANCELLED
-                or rows.is_cancelling(row)
-            ):
-                return StreamEnd("cancelled")
-        return StreamEnd("gone")
-
-    async def _row_past_us(self) -> ChatStreamSupervision | None:
-        """The conversation's row once it names whoever fenced us. A new owner
-        (a cancel, a takeover) raises the stores' fences before it writes the
-        row, so a write of ours refused in between (a recording put, now made
-        for every message) finds the row still ours: wait for it to move, at
-        most a heartbeat interval (a new owner that died there leaves the row
-        to read dead, and a producer fenced by its own unrenewed lease finds
-        nobody)."""
-        assert self.lease is not None
-        k, lease = self.key, self.lease
-        recording = self._stores.recording
-        changes = (
-            recording.subscribe(k.tenant, k.requester_uuid, k.session_id)
-            if recording is not None
-            else ChangeSubscription()
-        )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._settings.heartbeat_interval
-        async with changes:  # before the read: a move after it is heard
-            while True:
-                row = await lease.store.read(k.tenant, k.requester_uuid, k.session_id)
-                left = deadline - loop.time()
-                if row is None or row.epoch > lease.row_epoch or left <= 0:
-                    return row
-                await changes.wait(min(left, _ROW_POLL))
+        recording, wait = self._stores.recording, self._settings.heartbeat_interval
+        reason = await producer_watch.ending_after_fence(self.lease, recording, self.key, wait=wait)
+        return StreamEnd(reason)
