@@ -209,16 +209,12 @@ async def test_deleting_a_conversation_erases_what_it_owns_and_keeps_its_epochs(
         assert gone.status_code == 404
 
 
-async def test_an_erased_conversation_leaves_no_id_of_it_in_any_store(
-    place: Place, request: pytest.FixtureRequest
-) -> None:
+async def test_an_erased_conversation_leaves_no_id_of_it_in_any_store(place: Place) -> None:
     """What keeps its epochs growing (the highest epoch, the recording's and
     the checkpoint's fences) stays, under a keyed hash: no store holds the
     conversation's id, its owner or its tenant in plain form afterwards, and
     the next turn of a conversation with that id still starts above them."""
     assert place.backend is not None
-    if not place.backend.keys_tombstones:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="its tombstones name the ids"))
     tenant, owner, session = (f"{kind}-{uuid.uuid4().hex}" for kind in ("tenant", "owner", "s"))
     scripts = Scripts()
     app = build(place.stores, clock=place.clock, scripts=scripts)

@@ -28,13 +28,18 @@ from tether.adapters.stream_buffer import (
 )
 from tether.domain.chat_agent_state_store import construct_agent_state_key
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
-from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore, RecordedStreamEvent
+from tether.domain.chat_stream_recording_store import (
+    ChatStreamRecordingStore,
+    RecordedStreamEvent,
+    RecordingFencedError,
+)
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError, StoreError
+from tether.domain.tombstones import TombstoneKey
 from tether.testing.contracts import TRICKY_IDS, ChatStreamRecordingStoreContract, ManualClock
 
 
@@ -344,6 +349,163 @@ async def test_listing_ignores_lock_and_temp_files(tmp_path: Path) -> None:
     (tenant_dir / ".s.json.abandoned.tmp").write_bytes(b'{"torn": ')
     page = await stores.conversations.list_conversations("t", "u")
     assert [item.session_id for item in page.items] == ["s"]
+
+
+# Erasure: what stays of a conversation names none of its ids --------------------------
+
+
+def _erasable() -> list[tuple[str, str, str]]:
+    """Conversations whose ids are plain, escaped, hashed (too long) or none."""
+    return [("acme", "alice", "s-1"), ("a/b", "会話", "x" * 500), ("%none", "", "Session")]
+
+
+async def _erase(stores: _FileStores, tenant: str, user: str, session: str) -> None:
+    assert await stores.state.save_fenced(tenant, user, session, {"dep": {"n": 2}}, 1)
+    await stores.state.delete(tenant, user, session)
+    await stores.recording.delete(tenant, user, session, "m-1")
+    await stores.supervision.delete(tenant, user, session, "m-1", 1)
+    assert await stores.conversations.delete_conversation(tenant, user, session)
+
+
+def _named_after(root: Path, *ids: str) -> list[str]:
+    """Paths under ``root`` whose names or contents hold any of ``ids``, as
+    written or as a path component (escaped, or hashed when long)."""
+    forms = {form for value in ids if value for form in (value, _files.encode_component(value))}
+    found = []
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        text = path.read_bytes().decode("utf-8", "replace") if path.is_file() else ""
+        if any(form in name or form in text for form in forms):
+            found.append(name)
+    return found
+
+
+async def test_an_erase_leaves_nothing_named_after_the_conversation(tmp_path: Path) -> None:
+    stores = _FileStores(tmp_path)
+    for tenant, user, session in _erasable():
+        await stores.write_everything(tenant, user, session)
+        await stores.write_everything(tenant, user, "neighbour")
+        await _erase(stores, tenant, user, session)
+        assert _named_after(tmp_path, session) == []
+        # The neighbour is all there, in the directories they shared.
+        assert await stores.state.load(tenant, user, "neighbour") == {"dep": {"n": 1}}
+        assert await stores.supervision.read(tenant, user, "neighbour") == _ROW
+        assert await stores.supervision.find_by_message_id(tenant, user, "m-1") == "neighbour"
+        assert await stores.recording.read(tenant, user, "neighbour") == _EVENT
+        assert await stores.conversations.get_transcript(tenant, user, "neighbour") != []
+        await _erase(stores, tenant, user, "neighbour")
+        assert _named_after(tmp_path, tenant, user, session, "neighbour") == []
+
+
+async def test_an_erased_conversations_numbers_hold_for_another_store_over_the_directory(
+    tmp_path: Path,
+) -> None:
+    """Epochs and fences an erase kept bind a second set of stores over the
+    same directory (another process's), and refused writes leave no name."""
+    erasing = _FileStores(tmp_path)
+    for ids in _erasable():
+        await erasing.write_everything(*ids)
+        await _erase(erasing, *ids)
+    later = _FileStores(tmp_path)
+    for ids in _erasable():
+        assert await later.supervision.last_epoch(*ids) == 1
+        assert not await later.supervision.compare_and_swap(*ids, None, _ROW)
+        with pytest.raises(RecordingFencedError):
+            await later.recording.put(*ids, _EVENT.model_copy(update={"epoch": 0}))
+        assert not await later.state.save_fenced(*ids, {"dep": {}}, 0)
+        await later.state.fence(*ids, 1)
+        assert _named_after(tmp_path, *ids) == []
+        claim = _ROW.model_copy(update={"epoch": 2, "message_id": "m-2"})
+        assert await later.supervision.compare_and_swap(*ids, None, claim)
+        assert await later.state.save_fenced(*ids, {"dep": {}}, 2)
+        assert await erasing.supervision.last_epoch(*ids) == 2
+
+
+async def test_a_store_kept_under_another_tombstone_key_is_refused(tmp_path: Path) -> None:
+    first, other = TombstoneKey(b"the key the store began with"), TombstoneKey(b"another key!!!")
+    store = LocalFileChatStreamSupervisionStore(tmp_path, tombstone_key=first)
+    await store.open()
+    assert await store.compare_and_swap("t", "u", "s", None, _ROW)
+    await store.delete("t", "u", "s", "m-1", 1)
+    for wrong in (
+        LocalFileChatStreamSupervisionStore(tmp_path, tombstone_key=other),
+        LocalFileChatStreamRecordingStore(tmp_path, tombstone_key=other),
+        LocalFileChatAgentStateStore(tmp_path, tombstone_key=other),
+    ):
+        with pytest.raises(StoreError, match="TETHER_TOMBSTONE_KEY"):
+            await wrong.open()
+    unopened = LocalFileChatStreamSupervisionStore(tmp_path, tombstone_key=other)
+    with pytest.raises(StoreError, match="TETHER_TOMBSTONE_KEY"):
+        await unopened.last_epoch("t", "u", "s")  # not 0: its epochs would start again
+    again = LocalFileChatStreamSupervisionStore(tmp_path, tombstone_key=first)
+    assert await again.last_epoch("t", "u", "s") == 1
+
+
+async def test_numbers_an_earlier_release_kept_under_ids_count_and_move(tmp_path: Path) -> None:
+    """Before tombstones a delete left ``{"last_epoch": n}`` or ``{"fence": n}``
+    at the row's path, and a checkpoint's fence beside it: they still bind,
+    and the first locked step that finds no row to write moves them."""
+    stores = _FileStores(tmp_path)
+    ids = ("t-old", "u-old", "s-old")
+    named = {
+        _files.row_files(tmp_path, "stream-supervision", *ids).data: {"last_epoch": 5},
+        _files.row_files(tmp_path, "stream-recording", *ids).data: {"fence": 4},
+        tmp_path / "agent-state" / "t-old" / "u-old" / "s-old.fence.json": {"fence": 3},
+    }
+    for path, document in named.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document))
+    assert await stores.supervision.last_epoch(*ids) == 5
+    assert not await stores.supervision.compare_and_swap(*ids, None, _running(0, "m-5", 5))
+    with pytest.raises(RecordingFencedError):
+        await stores.recording.put(*ids, _EVENT.model_copy(update={"epoch": 3}))
+    assert not await stores.state.save_fenced(*ids, {"dep": {}}, 2)
+    assert _named_after(tmp_path, *ids) == []
+    assert await stores.supervision.last_epoch(*ids) == 5
+    assert await stores.supervision.compare_and_swap(*ids, None, _running(0, "m-6", 6))
+    with pytest.raises(RecordingFencedError):
+        await stores.recording.put(*ids, _EVENT.model_copy(update={"epoch": 3}))
+    assert not await stores.state.save_fenced(*ids, {"dep": {}}, 2)
+    assert await stores.state.save_fenced(*ids, {"dep": {}}, 3)
+
+
+def _removing_the_directory_once(
+    real: Callable[..., Any], directory: Path, where: Callable[..., Any]
+) -> Callable[..., Any]:
+    """``real``, but its first call that creates a file in ``directory`` (whose
+    directory ``where(*args, **kwargs)`` gives) finds it removed just before,
+    as an erase of another conversation that emptied it leaves it."""
+    removed: list[Path] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        if not removed and Path(where(*args, **kwargs)) == directory:
+            removed.append(directory)
+            directory.rmdir()
+        return real(*args, **kwargs)
+
+    return racing
+
+
+async def test_a_directory_removed_under_a_writer_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stores = _FileStores(tmp_path)
+    directory = _files.row_files(tmp_path, "agent-state", "t", "u", "s").data.parent
+    directory.mkdir(parents=True)
+    temp_file = _removing_the_directory_once(
+        _files.tempfile.mkstemp, directory, lambda **kwargs: kwargs["dir"]
+    )
+    monkeypatch.setattr(_files.tempfile, "mkstemp", temp_file)
+    await stores.state.save("t", "u", "s", {"dep": {"n": 1}})
+    monkeypatch.undo()
+    assert await stores.state.load("t", "u", "s") == {"dep": {"n": 1}}
+    await stores.state.delete("t", "u", "s")
+    directory.mkdir(parents=True)
+    lock_file = _removing_the_directory_once(os.open, directory, lambda path, *_: Path(path).parent)
+    monkeypatch.setattr(_files.os, "open", lock_file)
+    assert await stores.state.save_fenced("t", "u", "s", {"dep": {"n": 2}}, 1)
+    monkeypatch.undo()
+    assert await stores.state.load("t", "u", "s") == {"dep": {"n": 2}}
 
 
 def test_read_json_is_none_only_for_a_missing_file(tmp_path: Path) -> None:

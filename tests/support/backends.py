@@ -66,10 +66,6 @@ class Backend:
         """The bundle's conversation store, but stamping times with ``clock``."""
         return None
 
-    keys_tombstones: ClassVar[bool] = True
-    """Whether it keeps conversations' epochs and fences under a keyed hash
-    (``tether.domain.tombstones``) rather than their ids."""
-
     def stored_text(self, stores: TurnStores, url: str) -> str:
         """Everything the backend holds (names, keys and values), as text, so a
         test can look for ids in it; bytes are decoded as UTF-8 where they can be."""
@@ -120,8 +116,6 @@ class _File(Backend):
 
         # Where ``tether.stores.from_url`` puts the conversations of ``url``.
         return LocalFileChatConversationStore(Path(urlsplit(url).path) / "conversations", clock)
-
-    keys_tombstones = False  # its numbers live in files named after the ids
 
     def stored_text(self, stores: TurnStores, url: str) -> str:
         root = Path(urlsplit(url).path)

@@ -1,6 +1,6 @@
 """Shared plumbing of the file-backed stores: safe names, atomic writes, locks, threads.
 
-Every file store follows the same four rules, implemented once here:
+Every file store follows the same five rules, implemented once here:
 
 - **Ids never become paths unescaped.** Tenant, user and session ids are turned
   into single path components by :func:`encode_component`, an injective encoding
@@ -18,9 +18,18 @@ Every file store follows the same four rules, implemented once here:
   takes ``fcntl.flock`` on ``<name>.lock``, never on the document being replaced
   (a replaced file is a new inode, so a lock on it would protect nothing). A
   holder may remove its lock file (:func:`remove_lock_file`, when the row it
-  guards is erased): whoever was waiting on the removed file finds, once it
+  guards has no document left): whoever was waiting on the removed file finds, once it
   holds it, that the path no longer names it, and locks the path anew, so
   two holders are never in at once.
+- **Nothing named after a conversation outlives its rows.** A locked step
+  that leaves a row with no document (:func:`locked_row`) removes its lock
+  file, and then every directory between it and the row kind's directory
+  that it leaves empty (:func:`remove_empty_directories`): those directories
+  are named after tenants and users. Whoever creates a file in such a
+  directory makes it first, and makes it again when it was removed in
+  between (:func:`write_json`, :func:`exclusive_lock`). What a store keeps of
+  a conversation for ever lives in files named by its keyed hash
+  (``tether.adapters.kept_numbers``).
 
 The helpers are blocking; stores call them inside one :func:`run_in_thread` per
 operation so the event loop never waits on the disk. POSIX only (``fcntl``).
@@ -29,6 +38,7 @@ operation so the event loop never waits on the disk. POSIX only (``fcntl``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import hashlib
 import json
@@ -135,6 +145,9 @@ class RowFiles:
 
     data: Path
     lock: Path
+    top: Path
+    """The directory of the row's kind (its first id, as ``stream-recording``):
+    the directories below it are named after ids, and go once empty."""
 
 
 def row_files(base: Path, *ids: str) -> RowFiles:
@@ -143,6 +156,7 @@ def row_files(base: Path, *ids: str) -> RowFiles:
     return RowFiles(
         data=child_path(base, *directories, f"{name}.json"),
         lock=child_path(base, *directories, f"{name}.lock"),
+        top=child_path(base, directories[0]) if directories else base,
     )
 
 
@@ -213,18 +227,8 @@ def write_json(path: Path, document: Any, *, durable: bool) -> None:
     be lost in an OS crash (heartbeats and recordings, rewritten every second).
     A failed write leaves no temp file behind.
     """
-    # Serialize first: a document that is not JSON fails before anything touches disk.
-    data = json.dumps(document, separators=(",", ":")).encode("ascii")
-    _make_dirs(path.parent, durable=durable)
-    descriptor, temp_name = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
+    temp_name = _temp_file(path, document, durable=durable)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            if durable:
-                os.fsync(handle.fileno())
         os.replace(temp_name, path)
     except BaseException:
         with suppress(FileNotFoundError):
@@ -232,6 +236,45 @@ def write_json(path: Path, document: Any, *, durable: bool) -> None:
         raise
     if durable:
         _fsync_dir(path.parent)
+
+
+def create_json(path: Path, document: Any) -> bool:
+    """Write ``document`` at ``path`` unless a file is there already; returns
+    whether it wrote. Atomic (a reader finds no file or the whole document)
+    and durable; of processes racing to create it, exactly one does."""
+    temp_name = _temp_file(path, document, durable=True)
+    try:
+        # A hard link, unlike a replace, fails on an existing name.
+        os.link(temp_name, path)
+    except FileExistsError:
+        return False
+    finally:
+        with suppress(FileNotFoundError):
+            os.unlink(temp_name)
+    _fsync_dir(path.parent)
+    return True
+
+
+def _temp_file(path: Path, document: Any, *, durable: bool) -> str:
+    """A new temp file beside ``path`` holding ``document``; removed if writing fails."""
+    # Serialize first: a document that is not JSON fails before anything touches disk.
+    data = json.dumps(document, separators=(",", ":")).encode("ascii")
+    descriptor, temp_name = _in_directory(
+        path.parent,
+        lambda: tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"),
+        durable=durable,
+    )
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(temp_name)
+        raise
+    return temp_name
 
 
 def remove_file(path: Path, *, durable: bool) -> bool:
@@ -256,8 +299,11 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
     whatever file the path names now.
     """
     while True:
-        _make_dirs(lock_path.parent, durable=False)
-        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        descriptor = _in_directory(
+            lock_path.parent,
+            lambda: os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600),
+            durable=False,
+        )
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             held = _names(lock_path, descriptor)
@@ -273,10 +319,42 @@ def exclusive_lock(lock_path: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
-def remove_lock_file(lock_path: Path) -> None:
-    """Remove ``lock_path``; call it only while holding it (``exclusive_lock``)."""
+@contextmanager
+def locked_row(files: RowFiles) -> Iterator[None]:
+    """``exclusive_lock`` on the row's lock file; a step that leaves the row
+    with no document (it removed it, or found none) also removes the lock
+    file and the directories it leaves empty (``remove_lock_file``), also
+    when it raises: nothing named after the row's ids is left behind."""
+    with exclusive_lock(files.lock):
+        try:
+            yield
+        finally:
+            if not files.data.exists():
+                remove_lock_file(files)
+
+
+def remove_lock_file(files: RowFiles) -> None:
+    """Remove the row's lock file and the directories that held only it; call
+    it only while holding the lock (``exclusive_lock``)."""
     with suppress(FileNotFoundError):
-        lock_path.unlink()
+        files.lock.unlink()
+    remove_empty_directories(files.lock, files.top)
+
+
+def remove_empty_directories(path: Path, top: Path) -> None:
+    """Remove the directories holding ``path`` that are empty, from the
+    innermost up to ``top`` (kept), stopping at the first that is not."""
+    directory = path.parent
+    while directory != top and top in directory.parents:
+        try:
+            directory.rmdir()
+        except FileNotFoundError:
+            pass  # another process's erase removed it: its parent may be empty too
+        except OSError as error:
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return  # another row lives there
+            raise
+        directory = directory.parent
 
 
 def _names(path: Path, descriptor: int) -> bool:
@@ -292,6 +370,27 @@ def _names(path: Path, descriptor: int) -> bool:
 def _utf8(text: str) -> bytes:
     # surrogatepass keeps the encoding total (and injective) for any Python str.
     return text.encode("utf-8", "surrogatepass")
+
+
+_DIRECTORY_ATTEMPTS = 100
+"""How often a file is created again in a directory removed under it: each
+retry needs another process to have emptied and removed it in between, so
+only a directory that cannot be made (a dangling symlink) reaches this."""
+
+
+def _in_directory(directory: Path, create: Callable[[], _T], *, durable: bool) -> _T:
+    """``create()`` a file in ``directory``, made first: an erase elsewhere may
+    remove an empty directory named after ids between the two, so both are
+    done again when the directory turns out to be missing."""
+    attempts = 0
+    while True:
+        try:
+            _make_dirs(directory, durable=durable)
+            return create()
+        except FileNotFoundError:
+            attempts += 1
+            if attempts == _DIRECTORY_ATTEMPTS:
+                raise
 
 
 def _make_dirs(directory: Path, *, durable: bool) -> None:

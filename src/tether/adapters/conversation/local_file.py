@@ -12,10 +12,9 @@ from tether.adapters._files import (
     RowFiles,
     child_path,
     encode_component,
-    exclusive_lock,
+    locked_row,
     read_model,
     remove_file,
-    remove_lock_file,
     row_files,
     run_in_thread,
     store_root,
@@ -51,7 +50,11 @@ class LocalFileChatConversationStore(ChatConversationStore):
     one atomic replace changes both, and the fence (``fence_epoch``) with them.
     Every write holds an exclusive ``flock`` on the sibling ``.lock`` file across
     read, ownership check and write, and is durable (fsynced, directory too) when
-    it returns. Listing scans the tenant's directory and reads each document:
+    it returns. A step that leaves no document (a delete, a write to a missing
+    conversation) removes the lock file too, and the tenant's directory if it
+    leaves it empty (``_files.locked_row``): a deleted conversation leaves no
+    file or directory named after its id or tenant. Its fence goes with it,
+    as on the other backends. Listing scans the tenant's directory and reads each document:
     correct rather than fast, which suits local work and single nodes. ``clock``
     stamps ``created_at``/``updated_at``.
     """
@@ -229,14 +232,14 @@ class LocalFileChatConversationStore(ChatConversationStore):
         return row_files(self._base, _PREFIX, tenant, session_id)
 
     def _append(self, files: RowFiles, change: Append) -> None:
-        with exclusive_lock(files.lock):
+        with locked_row(files):
             current = read_model(files.data, ConversationRecord)
             updated = change.apply(current, stamp(self._clock))
             if updated is not None:
                 _write(files, updated)
 
     def _append_fenced(self, files: RowFiles, change: Append, epoch: int) -> bool:
-        with exclusive_lock(files.lock):
+        with locked_row(files):
             current = read_model(files.data, ConversationRecord)
             updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
             if updated is not None:
@@ -244,7 +247,7 @@ class LocalFileChatConversationStore(ChatConversationStore):
             return accepted
 
     def _remove_fenced(self, files: RowFiles, removal: Removal, epoch: int) -> bool:
-        with exclusive_lock(files.lock):
+        with locked_row(files):
             current = read_model(files.data, ConversationRecord)
             updated, accepted = removal.apply_fenced(current, stamp(self._clock), epoch)
             if updated is not None:
@@ -254,7 +257,7 @@ class LocalFileChatConversationStore(ChatConversationStore):
     def _set_status(
         self, files: RowFiles, requester_uuid: str | None, last_turn_status: LastTurnStatus
     ) -> None:
-        with exclusive_lock(files.lock):
+        with locked_row(files):
             record = read_model(files.data, ConversationRecord)
             if record is None:
                 return
@@ -264,7 +267,7 @@ class LocalFileChatConversationStore(ChatConversationStore):
             _write(files, record)
 
     def _set_shared(self, files: RowFiles, requester_uuid: str | None, shared: bool) -> None:
-        with exclusive_lock(files.lock):
+        with locked_row(files):
             record = read_model(files.data, ConversationRecord)
             if record is None:
                 return
@@ -286,7 +289,7 @@ def _read_readable(files: RowFiles, requester_uuid: str | None) -> ConversationR
 
 
 def _fence(files: RowFiles, epoch: int) -> None:
-    with exclusive_lock(files.lock):
+    with locked_row(files):
         record = read_model(files.data, ConversationRecord)
         if record is not None and epoch > record.fence_epoch:
             record.fence_epoch = epoch
@@ -294,14 +297,14 @@ def _fence(files: RowFiles, epoch: int) -> None:
 
 
 def _delete(files: RowFiles, requester_uuid: str | None) -> bool:
-    with exclusive_lock(files.lock):
+    with locked_row(files):
         record = read_model(files.data, ConversationRecord)
         if record is None:
             return False
         record.require_owner(requester_uuid)
-        removed = remove_file(files.data, durable=True)
-        remove_lock_file(files.lock)  # nothing of the conversation stays behind
-        return removed
+        # ``locked_row`` removes the lock file and the tenant's directory,
+        # if this was its last conversation: nothing of it stays behind.
+        return remove_file(files.data, durable=True)
 
 
 def _scan_all(root: Path) -> list[ConversationRecord]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +12,15 @@ from pydantic import ValidationError
 
 from tether.adapters._files import (
     RowFiles,
-    exclusive_lock,
+    locked_row,
     read_json,
-    remove_lock_file,
+    remove_file,
     row_files,
     run_in_thread,
     store_root,
     write_json,
 )
+from tether.adapters.kept_numbers import KeptNumber, KeptNumbers
 from tether.adapters.unix_datagrams import PushesOnThisHost, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
@@ -28,9 +30,12 @@ from tether.domain.chat_stream_recording_store import (
     StreamChange,
 )
 from tether.domain.store_errors import StoreCorruptedError
+from tether.domain.tombstones import TombstoneKey
 
 _FENCE = "fence"
 """The key of the conversation's fence, kept in the record's document."""
+_RECORDING = "stream-recording"
+_FENCES = "stream-recording-fence"
 
 
 class LocalFileChatStreamRecordingStore(PushesOnThisHost, ChatStreamRecordingStore):
@@ -47,11 +52,19 @@ class LocalFileChatStreamRecordingStore(PushesOnThisHost, ChatStreamRecordingSto
     would add a queue of a thousand hops behind the event loop's other work).
 
     The document is the record plus ``"fence"``, the highest epoch of any
-    accepted put or ``fence``, written in the same replace. ``delete`` and a
-    ``fence`` of a conversation with no record leave a document holding only
-    ``{"fence": n}``, so the fence outlives the record. A document without the
-    key (written before fences were kept) is fenced at its record's epoch.
-    ``delete`` also removes the lock file once no record is left.
+    accepted put or ``fence``, written in the same replace. With no record,
+    the fence is kept under the conversation's tombstone, in
+    ``{base_path}/stream-recording-fence/{tombstone[:2]}/{tombstone}.json`` as
+    ``{"fence": n}`` (``tether.adapters.kept_numbers``: a keyed hash,
+    ``TETHER_TOMBSTONE_KEY``): ``delete`` writes it there before it removes the
+    document, and a ``fence`` of a conversation with no record raises it
+    there, so the fence outlives the record and nothing left names the
+    conversation. A document without the key (written before fences were
+    kept) is fenced at its record's epoch; one holding only ``{"fence": n}``
+    (an earlier release's, at the record's path) fences too, and moves under
+    the tombstone the next time a locked step finds it with no record to
+    write. A step that leaves no record removes the lock file too, with the
+    directories named after the ids it leaves empty (``_files.locked_row``).
 
     Push: every accepted put and every delete that removed a record is
     announced to the replicas on this host as Unix datagrams in
@@ -65,9 +78,20 @@ class LocalFileChatStreamRecordingStore(PushesOnThisHost, ChatStreamRecordingSto
         base_path: str | os.PathLike[str],
         *,
         wake_directory: str | os.PathLike[str] | None = None,
+        tombstone_key: TombstoneKey | None = None,
     ) -> None:
+        """``tombstone_key`` names the files of the fences kept after a record
+        (default: ``TETHER_TOMBSTONE_KEY``; see ``domain.tombstones``)."""
         self._base = store_root(base_path)
+        self._fences = KeptNumbers(
+            self._base, _FENCES, _FENCE, tombstone_key or TombstoneKey.from_env()
+        )
         self._channel = UnixDatagramChannel(wake_directory or self._base.parent / ".tether-wake")
+
+    async def open(self) -> None:
+        """Record the tombstone key's check value, or refuse a store kept
+        under another key (``StoreError``), before the first request."""
+        await run_in_thread(self._fences.verify)
 
     async def put(
         self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
@@ -131,17 +155,47 @@ class LocalFileChatStreamRecordingStore(PushesOnThisHost, ChatStreamRecordingSto
             for conversation in conversations
         )
 
-    def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> RowFiles:
-        return row_files(self._base, "stream-recording", tenant, requester_uuid or "", session_id)
+    def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> _RowFiles:
+        files = row_files(self._base, _RECORDING, tenant, requester_uuid or "", session_id)
+        kept = self._fences.of(tenant, requester_uuid, session_id)
+        return _RowFiles(files.data, files.lock, files.top, kept)
 
 
-def _load(path: Path) -> tuple[RecordedStreamEvent | None, int]:
-    """The record (None: no record, or only a fence) and the conversation's fence."""
+@dataclass(frozen=True)
+class _RowFiles(RowFiles):
+    """A record's files, and where its fence is kept once the record is gone."""
+
+    kept: KeptNumber
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What a locked step finds of a conversation."""
+
+    record: RecordedStreamEvent | None
+    fence: int
+    """The record's document's fence, or, with no record, the kept one (and
+    an earlier release's fence document's, if there is one)."""
+    named_fence: bool
+    """Whether the record's path holds an earlier release's fence document."""
+
+
+def _load(files: _RowFiles) -> _Stored:
+    """The record and the conversation's fence.
+
+    A record's document holds the fence: a put with no record writes it at
+    or above the kept one, which is only written while there is no record."""
+    path = files.data
     document = read_json(path)
     if document is None:
-        return None, 0
+        return _Stored(None, files.kept.read(), named_fence=False)
     if isinstance(document, dict) and document.keys() == {_FENCE}:
-        return None, _fence_of(path, document)
+        return _Stored(None, max(_fence_of(path, document), files.kept.read()), named_fence=True)
+    return _Stored(*_parse(path, document), named_fence=False)
+
+
+def _parse(path: Path, document: Any) -> tuple[RecordedStreamEvent, int]:
+    """The record of a document read at ``path``, and the fence it holds."""
     try:
         record = RecordedStreamEvent.model_validate(document)
     except ValidationError as exc:
@@ -160,20 +214,28 @@ def _fence_of(path: Path, document: dict[str, Any]) -> int:
 
 
 def _read_record(path: Path) -> RecordedStreamEvent | None:
-    return _load(path)[0]
+    # Lock-free, as the store's reads are: the record alone needs no kept fence.
+    document = read_json(path)
+    if document is None or (isinstance(document, dict) and document.keys() == {_FENCE}):
+        return None
+    return _parse(path, document)[0]
 
 
-def _put(files: RowFiles, epoch: int, document: dict[str, Any]) -> None:
-    with exclusive_lock(files.lock):
-        _, fence = _load(files.data)
+def _put(files: _RowFiles, epoch: int, document: dict[str, Any]) -> None:
+    # ``locked_row``: a refused put of a conversation with no record leaves
+    # no lock file named after it.
+    with locked_row(files):
+        stored = _load(files)
+        fence = stored.fence
         if epoch < fence:
+            _keep_named_fence(files, stored)
             raise RecordingFencedError(
                 f"recording is fenced at epoch {fence}; a write at epoch {epoch} is refused"
             )
         write_json(files.data, {**document, _FENCE: epoch}, durable=False)
 
 
-def _put_all(batch: Sequence[tuple[RowFiles, int, dict[str, Any]]]) -> list[bool]:
+def _put_all(batch: Sequence[tuple[_RowFiles, int, dict[str, Any]]]) -> list[bool]:
     results: list[bool] = []
     for files, epoch, document in batch:
         try:
@@ -185,24 +247,39 @@ def _put_all(batch: Sequence[tuple[RowFiles, int, dict[str, Any]]]) -> list[bool
     return results
 
 
-def _fence(files: RowFiles, epoch: int) -> None:
-    with exclusive_lock(files.lock):
-        current, fence = _load(files.data)
-        if epoch <= fence:
-            return  # a fence never goes down
-        document = {} if current is None else current.model_dump(mode="json")
-        write_json(files.data, {**document, _FENCE: epoch}, durable=False)
+def _fence(files: _RowFiles, epoch: int) -> None:
+    with locked_row(files):
+        stored = _load(files)
+        if stored.record is not None:
+            if epoch > stored.fence:  # a fence never goes down
+                document = stored.record.model_dump(mode="json")
+                write_json(files.data, {**document, _FENCE: epoch}, durable=False)
+            return
+        # A fence never goes down; an earlier release's fence document moves.
+        if epoch > stored.fence or stored.named_fence:
+            files.kept.write(max(epoch, stored.fence))
+        if stored.named_fence:
+            remove_file(files.data, durable=False)
 
 
-def _delete(files: RowFiles, message_id: str) -> bool:
-    removed = False
-    with exclusive_lock(files.lock):
-        current, fence = _load(files.data)
-        if current is not None and current.message_id == message_id:
-            # Only the fence stays: a paused producer must not record again.
-            write_json(files.data, {_FENCE: fence}, durable=False)
-            current, removed = None, True
-        if current is None:
-            # Nothing left to guard but the fence: the lock file goes too.
-            remove_lock_file(files.lock)
-    return removed
+def _delete(files: _RowFiles, message_id: str) -> bool:
+    # ``locked_row``: with the record gone, its lock file and directories go too.
+    with locked_row(files):
+        stored = _load(files)
+        record = stored.record
+        if record is None or record.message_id != message_id:
+            _keep_named_fence(files, stored)
+            return False
+        # Only the fence stays, kept first: a paused producer must not record
+        # again, also should this process die between the two.
+        files.kept.write(stored.fence)
+        remove_file(files.data, durable=False)
+        return True
+
+
+def _keep_named_fence(files: _RowFiles, stored: _Stored) -> None:
+    """Move an earlier release's fence document, found at the record's path
+    with no record to write there, under the conversation's tombstone."""
+    if stored.named_fence:
+        files.kept.write(stored.fence)
+        remove_file(files.data, durable=False)

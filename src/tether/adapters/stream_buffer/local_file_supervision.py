@@ -22,11 +22,11 @@ from tether.adapters._files import (
     child_path,
     decode_component,
     encode_component,
-    exclusive_lock,
+    locked_row,
     parse_json,
     read_json,
+    remove_empty_directories,
     remove_file,
-    remove_lock_file,
     row_files,
     run_in_executor,
     run_in_thread,
@@ -34,6 +34,7 @@ from tether.adapters._files import (
     write_json,
 )
 from tether.adapters.flock_presence import FlockPresenceLock
+from tether.adapters.kept_numbers import KeptNumber, KeptNumbers
 from tether.adapters.unix_datagrams import DEAD_TURNS_KEY, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import ChangeSubscription, StreamChange
 from tether.domain.chat_stream_supervision_store import (
@@ -45,6 +46,7 @@ from tether.domain.chat_stream_supervision_store import (
     SupervisionSwap,
 )
 from tether.domain.store_errors import StoreCorruptedError
+from tether.domain.tombstones import TombstoneKey
 
 logger = logging.getLogger(__name__)
 
@@ -70,24 +72,33 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     The document is the row plus ``"last_epoch"``, the highest epoch ever written
     for the conversation, kept in the same replace as the row, and the
     conversation's ids (``"tenant"``, ``"requester_uuid"``, ``"session_id"``:
-    a long id is hashed in the path). ``delete`` leaves a tombstone holding
-    only ``{"last_epoch": n}``, so epochs outlive their row (``last_epoch``)
-    and a claim of a conversation with no row must be above it.
-    A document without the key (written before epochs were kept) counts its
-    row's epoch.
+    a long id is hashed in the path). ``delete`` first keeps that epoch under
+    the conversation's tombstone, in
+    ``{base_path}/stream-supervision-epoch/{tombstone[:2]}/{tombstone}.json``
+    as ``{"last_epoch": n}`` (``tether.adapters.kept_numbers``: a keyed hash,
+    ``TETHER_TOMBSTONE_KEY``), then removes the document, so epochs outlive
+    their row (``last_epoch``), a claim of a conversation with no row must be
+    above it, and nothing left names the conversation. A document without
+    the key (written before epochs were kept) counts its row's epoch; one
+    holding only ``{"last_epoch": n}`` (a tombstone an earlier release left
+    at the row's path) counts too, and moves under the tombstone the next
+    time a locked step finds it with no row to write.
 
     ``find_by_message_id`` reads a small index file per turn,
     ``{base_path}/stream-supervision-by-message/{tenant}/{requester_uuid}/{message_id}.json``
     holding ``{"session_id": ...}``, written under the row's lock whenever a
     swap puts a new turn in the row (and the replaced turn's removed), removed
-    with the row. ``delete`` also removes the row's lock file.
+    with the row. ``delete`` also removes the row's lock file, and a step that
+    leaves no row removes it too, with the directories named after the ids
+    it leaves empty (``_files.locked_row``).
 
     ``list_stale_running`` scans the directory in one thread call: a document
-    too small to be a RUNNING row (a tombstone) is not even opened, and a
-    document whose ``"status"`` is another, or whose ``"heartbeat_at"`` is not
-    older than the bound, is skipped on a look at its bytes; only the turns it
-    lists are parsed. Their ids come from the document; one written before
-    documents kept them gives them from its path (but for a hashed, long id).
+    too small to be a RUNNING row (an earlier release's tombstone) is not even
+    opened, and a document whose ``"status"`` is another, or whose
+    ``"heartbeat_at"`` is not older than the bound, is skipped on a look at its
+    bytes; only the turns it lists are parsed. Their ids come from the
+    document; one written before documents kept them gives them from its path
+    (but for a hashed, long id).
 
     ``compare_and_swap_many`` (a replica's heartbeats) runs the whole batch in
     one call on a thread of this store's own, each swap under its own row lock:
@@ -106,8 +117,14 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         base_path: str | os.PathLike[str],
         *,
         wake_directory: str | os.PathLike[str] | None = None,
+        tombstone_key: TombstoneKey | None = None,
     ) -> None:
+        """``tombstone_key`` names the files of the epochs kept after a row
+        (default: ``TETHER_TOMBSTONE_KEY``; see ``domain.tombstones``)."""
         self._base = store_root(base_path)
+        self._epochs = KeptNumbers(
+            self._base, _EPOCHS, _LAST_EPOCH, tombstone_key or TombstoneKey.from_env()
+        )
         self._heartbeats: ThreadPoolExecutor | None = None
         self._channel = UnixDatagramChannel(wake_directory or self._base.parent / ".tether-wake")
 
@@ -157,6 +174,11 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
             if written and s.supervision.epoch != s.expected_epoch
         )
 
+    async def open(self) -> None:
+        """Record the tombstone key's check value, or refuse a store kept
+        under another key (``StoreError``), before the first request."""
+        await run_in_thread(self._epochs.verify)
+
     async def announce_dead_turns(self) -> None:
         """Wake the takeover loop of every replica on this host."""
         self._channel.announce([(DEAD_TURNS_KEY, StreamChange.SUPERVISION)])
@@ -187,7 +209,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         """The highest epoch ever written, also after the row was deleted; 0 if none.
         Lock-free, as ``read``."""
         files = self._files(tenant, requester_uuid, session_id)
-        return await run_in_thread(_read_last_epoch, files.data)
+        return await run_in_thread(_read_last_epoch, files)
 
     async def delete(
         self,
@@ -235,32 +257,37 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         return _RowFiles(
             files.data,
             files.lock,
+            files.top,
             session_id,
             functools.partial(self._index, tenant, requester_uuid),
+            self._epochs.of(tenant, requester_uuid, session_id),
         )
 
-    def _index(self, tenant: str, requester_uuid: str | None, message_id: str) -> Path:
-        return row_files(self._base, _BY_MESSAGE, tenant, requester_uuid or "", message_id).data
+    def _index(self, tenant: str, requester_uuid: str | None, message_id: str) -> RowFiles:
+        return row_files(self._base, _BY_MESSAGE, tenant, requester_uuid or "", message_id)
 
 
 _BY_MESSAGE = "stream-supervision-by-message"
+_EPOCHS = "stream-supervision-epoch"
 _PRESENCE = "replica-presence"
 
 
 @dataclass(frozen=True)
 class _RowFiles(RowFiles):
-    """A row's files, its session, and where the index file of each of its turns lives."""
+    """A row's files, its session, where the index file of each of its turns
+    lives, and where its epoch is kept once the row is gone."""
 
     session_id: str
-    index: Callable[[str], Path]
+    index: Callable[[str], RowFiles]
+    kept: KeptNumber
 
 
-def _find(index: Path, files_of: Callable[[str], RowFiles], message_id: str) -> str | None:
-    document = read_json(index)
+def _find(index: RowFiles, files_of: Callable[[str], RowFiles], message_id: str) -> str | None:
+    document = read_json(index.data)
     if not isinstance(document, dict) or not isinstance(document.get("session_id"), str):
         return None
     session_id: str = document["session_id"]
-    row, _ = _load(files_of(session_id).data)
+    row = _read_row(files_of(session_id).data)
     return session_id if row is not None and row.message_id == message_id else None
 
 
@@ -272,16 +299,35 @@ def _document(
     return {**supervision.model_dump(mode="json"), **ids}
 
 
-def _load(path: Path) -> tuple[ChatStreamSupervision | None, int]:
-    """The row (None: no row, or a tombstone) and the highest epoch ever written."""
-    document = read_json(path)
+@dataclass(frozen=True)
+class _Stored:
+    """What a locked step finds of a conversation."""
+
+    row: ChatStreamSupervision | None
+    last_epoch: int
+    """The highest epoch ever written: the row's document's, or, with no row,
+    the kept one (and an earlier release's tombstone's, if there is one)."""
+    named_tombstone: bool
+    """Whether the row's path holds an earlier release's tombstone."""
+
+
+def _load(files: _RowFiles) -> _Stored:
+    """The row and the highest epoch ever written.
+
+    A row's document holds the highest epoch: a claim with no row writes it
+    above the kept one, which is only written as the row goes."""
+    document = read_json(files.data)
     if document is None:
-        return None, 0
-    return _parse(path, document)
+        return _Stored(None, files.kept.read(), named_tombstone=False)
+    row, last_epoch = _parse(files.data, document)
+    if row is not None:
+        return _Stored(row, last_epoch, named_tombstone=False)
+    return _Stored(None, max(last_epoch, files.kept.read()), named_tombstone=True)
 
 
 def _parse(path: Path, document: Any) -> tuple[ChatStreamSupervision | None, int]:
-    """``_load`` of a document already read."""
+    """The row of a document read at ``path`` (None: an earlier release's
+    tombstone) and the highest epoch it holds."""
     if isinstance(document, dict) and document.keys() == {_LAST_EPOCH}:
         return None, _epoch_of(path, document)
     try:
@@ -302,40 +348,51 @@ def _epoch_of(path: Path, document: dict[str, Any]) -> int:
 
 
 def _read_row(path: Path) -> ChatStreamSupervision | None:
-    return _load(path)[0]
+    # Lock-free, as the store's reads are: the row alone needs no kept epoch.
+    document = read_json(path)
+    return None if document is None else _parse(path, document)[0]
 
 
-def _read_last_epoch(path: Path) -> int:
-    return _load(path)[1]
+def _read_last_epoch(files: _RowFiles) -> int:
+    # Lock-free: a delete keeps the epoch before it removes the row, so a
+    # read that finds no row finds the kept epoch.
+    return _load(files).last_epoch
 
 
 def _compare_and_swap(
     files: _RowFiles, expected_epoch: int | None, epoch: int, document: dict[str, Any]
 ) -> bool:
-    with exclusive_lock(files.lock):
-        current, last_epoch = _load(files.data)
+    with locked_row(files):
+        stored = _load(files)
+        current, last_epoch = stored.row, stored.last_epoch
         if (None if current is None else current.epoch) != expected_epoch:
+            _keep_named_tombstone(files, stored)
             return False
         if current is None and epoch <= last_epoch:
+            _keep_named_tombstone(files, stored)
             return False  # that epoch was granted before the row was removed
-        stored = {**document, _LAST_EPOCH: max(last_epoch, epoch)}
+        written = {**document, _LAST_EPOCH: max(last_epoch, epoch)}
         message_id = document["message_id"]
         if current is None or current.message_id != message_id:
             # A new turn in the row (not a heartbeat): index it first, so a
             # crash between the two leaves an index the lookup checks anyway.
-            write_json(files.index(message_id), {"session_id": files.session_id}, durable=False)
-        write_json(files.data, stored, durable=False)
+            write_json(
+                files.index(message_id).data, {"session_id": files.session_id}, durable=False
+            )
+        write_json(files.data, written, durable=False)
         if current is not None and current.message_id != message_id:
             _unindex(files, current.message_id)
         return True
 
 
 def _unindex(files: _RowFiles, message_id: str) -> None:
-    """Remove the index file of ``message_id`` if it names this row."""
+    """Remove the index file of ``message_id`` if it names this row, and the
+    directories (named after the tenant and the user) it leaves empty."""
     index = files.index(message_id)
-    document = read_json(index)
+    document = read_json(index.data)
     if isinstance(document, dict) and document.get("session_id") == files.session_id:
-        remove_file(index, durable=False)
+        remove_file(index.data, durable=False)
+        remove_empty_directories(index.data, index.top)
 
 
 def _swap_all(batch: Sequence[tuple[_RowFiles, int | None, int, dict[str, Any]]]) -> list[bool]:
@@ -346,18 +403,27 @@ def _swap_all(batch: Sequence[tuple[_RowFiles, int | None, int, dict[str, Any]]]
 
 
 def _delete(files: _RowFiles, message_id: str, epoch: int) -> bool:
-    removed = False
-    with exclusive_lock(files.lock):
-        current, last_epoch = _load(files.data)
-        if current is not None and (current.message_id, current.epoch) == (message_id, epoch):
-            # A tombstone, not a removal: the conversation's epochs outlive the row.
-            write_json(files.data, {_LAST_EPOCH: last_epoch}, durable=False)
-            _unindex(files, message_id)
-            current, removed = None, True
-        if current is None:
-            # Nothing left to guard but the tombstone: the lock file goes too.
-            remove_lock_file(files.lock)
-    return removed
+    # ``locked_row``: with the row gone, its lock file and directories go too.
+    with locked_row(files):
+        stored = _load(files)
+        current = stored.row
+        if current is None or (current.message_id, current.epoch) != (message_id, epoch):
+            _keep_named_tombstone(files, stored)
+            return False
+        # Kept first: the conversation's epochs outlive the row, also should
+        # the process die between the two.
+        files.kept.write(stored.last_epoch)
+        remove_file(files.data, durable=False)
+        _unindex(files, message_id)
+        return True
+
+
+def _keep_named_tombstone(files: _RowFiles, stored: _Stored) -> None:
+    """Move an earlier release's tombstone, found at the row's path with no
+    row to write there, under the conversation's tombstone."""
+    if stored.named_tombstone:
+        files.kept.write(stored.last_epoch)
+        remove_file(files.data, durable=False)
 
 
 # The listing's look at a document's bytes, before any parse. A swap writes
@@ -369,7 +435,7 @@ _HEARTBEAT = re.compile(rb'"heartbeat_at":"([^"\\]*)"')
 _RUNNING = ChatStreamStatus.RUNNING.value.encode("ascii")
 _SMALLEST_RUNNING_ROW = len(b'{"status":"running","heartbeat_at":0,"message_id":"","epoch":0}')
 """No document shorter than this is a valid RUNNING row, however written (the
-shortest value of each required key); a tombstone is."""
+shortest value of each required key); an earlier release's tombstone is."""
 
 
 def _list_stale(root: Path, before: datetime, limit: int) -> list[StaleTurn]:

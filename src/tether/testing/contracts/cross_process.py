@@ -52,7 +52,8 @@ _TIMEOUT = 120.0
 
 
 class ChatStreamSupervisionCrossProcessContract:
-    """Processes racing compare-and-swap: each epoch has exactly one claimant."""
+    """Processes racing compare-and-swap: each epoch has exactly one claimant;
+    a row one process removes leaves its epoch to every other."""
 
     processes: ClassVar[int] = 4
     epochs: ClassVar[int] = 40
@@ -86,9 +87,25 @@ class ChatStreamSupervisionCrossProcessContract:
         assert final is not None and final.epoch == self.epochs
         assert final.message_id == f"{claimants[self.epochs][0]}:{self.epochs}"
 
+    def test_a_row_deleted_through_one_store_leaves_its_epoch_to_another(
+        self, supervision_store_factory: StoreFactory
+    ) -> None:
+        """Two stores over the same place, as two processes have: after one
+        removes a row (an erase, a finished turn's clean-up), the other's
+        claims of the same ids start above every epoch granted before, and a
+        late write through the first finds nothing to swap."""
+        loop = PrivateLoop()
+        try:
+            first = loop.open(supervision_store_factory)
+            second = loop.open(supervision_store_factory)
+            loop.run(_claim_after_a_delete_elsewhere(first, second, unique("tenant")))
+        finally:
+            loop.close()
+
 
 class ChatStreamRecordingCrossProcessContract:
-    """Processes racing puts at interleaved epochs: no regression, the highest stays.
+    """Processes racing puts at interleaved epochs: no regression, the highest
+    stays; a record one process removes leaves its fence to every other.
 
     In round ``r`` process ``p`` puts at epoch ``r * processes + p + 1``, so the
     stored epoch climbs many times while every process is writing, and each
@@ -136,6 +153,20 @@ class ChatStreamRecordingCrossProcessContract:
             loop.close()
         assert final == _event(top, self.rounds * self.puts_per_round - 1)
 
+    def test_a_record_deleted_through_one_store_leaves_its_fence_to_another(
+        self, recording_store_factory: StoreFactory
+    ) -> None:
+        """Two stores over the same place, as two processes have: after one
+        removes a record, the other refuses puts below its fence, and a fence
+        the second raises on the empty conversation holds for the first."""
+        loop = PrivateLoop()
+        try:
+            first = loop.open(recording_store_factory)
+            second = loop.open(recording_store_factory)
+            loop.run(_put_after_a_delete_elsewhere(first, second, unique("tenant")))
+        finally:
+            loop.close()
+
 
 def _event(epoch: int, index: int) -> RecordedStreamEvent:
     return RecordedStreamEvent(
@@ -144,6 +175,47 @@ def _event(epoch: int, index: int) -> RecordedStreamEvent:
         message_id=f"m-{epoch}",
         epoch=epoch,
     )
+
+
+def _row(epoch: int, message_id: str) -> ChatStreamSupervision:
+    return ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING,
+        heartbeat_at=datetime.now(UTC),
+        message_id=message_id,
+        epoch=epoch,
+    )
+
+
+async def _claim_after_a_delete_elsewhere(first: Any, second: Any, tenant: str) -> None:
+    key = (tenant, "user", "session")
+    assert await first.compare_and_swap(*key, None, _row(1, "m-1"))
+    assert await first.compare_and_swap(*key, 1, _row(3, "m-1"))
+    await first.delete(*key, "m-1", 3)
+    assert await second.read(*key) is None
+    assert await second.last_epoch(*key) == 3
+    for reused in (1, 3):
+        assert not await second.compare_and_swap(*key, None, _row(reused, "m-2"))
+    assert await second.compare_and_swap(*key, None, _row(4, "m-2"))
+    # The removed turn's producer, paused through all of it, writes late.
+    assert not await first.compare_and_swap(*key, 3, _row(3, "m-1"))
+    row = await first.read(*key)
+    assert row is not None and (row.message_id, row.epoch) == ("m-2", 4)
+    assert await first.last_epoch(*key) == 4
+
+
+async def _put_after_a_delete_elsewhere(first: Any, second: Any, tenant: str) -> None:
+    key = (tenant, "user", "session")
+    await first.put(*key, _event(5, 0))
+    await first.delete(*key, "m-5")
+    assert await second.read(*key) is None
+    with pytest.raises(RecordingFencedError):
+        await second.put(*key, _event(4, 0))
+    await second.fence(*key, 7)
+    with pytest.raises(RecordingFencedError):
+        await first.put(*key, _event(6, 1))
+    assert await first.read(*key) is None
+    await first.put(*key, _event(7, 0))
+    assert await second.read(*key) == _event(7, 0)
 
 
 def _run_in_processes(target: Callable[..., Any], arguments: list[tuple[Any, ...]]) -> list[Any]:
