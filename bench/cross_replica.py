@@ -23,7 +23,7 @@ monotonic clock, so both readers are timed by one clock.
   the last event the direct reader on A receives.
 
 The replicas are the crash test's (``tether.crashtest.cluster``) and the
-readers its SSE readers (``tether.crashtest.client``).
+readers its SSE readers (``tether.crashtest.reader``).
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from typing import Any
 from bench._backends import backend_url
 from bench._stats import summary
 from tether.cli.server_app import example_project_dir
-from tether.crashtest.client import Received, TetherAPI, TurnReader
+from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, Replica
+from tether.crashtest.reader import Received, TurnReader
 from tether.runtime.follower import has_deltas, has_push
 from tether.stores import compose
 

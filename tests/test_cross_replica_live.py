@@ -35,8 +35,9 @@ import pytest
 
 from tests.support.project import make_project
 from tests.support.services import postgres_database, redis_prefix
-from tether.crashtest.client import TENANT, TetherAPI, TurnReader
+from tether.crashtest.client import TENANT, TetherAPI
 from tether.crashtest.cluster import Cluster, Replica
+from tether.crashtest.reader import TurnReader
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(60)]
 

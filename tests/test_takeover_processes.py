@@ -24,8 +24,9 @@ import pytest
 from tests.support.metrics import scrape
 from tests.support.project import make_project
 from tests.support.services import postgres_database, redis_prefix
-from tether.crashtest.client import TetherAPI, TurnReader
+from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, Replica
+from tether.crashtest.reader import TurnReader
 
 pytestmark = [pytest.mark.processes, pytest.mark.timeout(90)]
 

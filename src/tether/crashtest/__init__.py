@@ -2,9 +2,11 @@
 
 The command itself is ``tether.cli.crash_test``; this package is its machinery:
 ``cluster`` (the replica processes), ``load_balancer`` (HAProxy in front of
-them, with ``--via-load-balancer``), ``client`` (the turn readers), ``faults``,
-``recovery``, ``reference`` (crash-free runs), ``rounds``, ``invariants``,
-``fence``, ``results`` and ``report``.
+them, with ``--via-load-balancer``), ``client`` (the HTTP calls), ``reader``
+(the turn readers), ``faults``, ``recovery``, ``reference`` (crash-free runs),
+``rounds`` and ``conversation_rounds``, ``invariants`` (a package, one module
+a group of the design's invariants) and ``conversation_checks``, ``fence``,
+``results`` and ``report``.
 """
 
 from tether.crashtest.faults import FaultChoice, FaultKind, FaultPoint

@@ -22,8 +22,9 @@ from tether.client.endpoints import Endpoints
 from tether.client.errors import RecoveryError, TetherHTTPError, TurnFailedError
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent
-from tether.crashtest.client import REQUESTER, TENANT, TIMEOUT, ClientView, TetherAPI, TurnReader
+from tether.crashtest.client import REQUESTER, TENANT, TIMEOUT, ClientView, TetherAPI
 from tether.crashtest.cluster import Cluster, Replica
+from tether.crashtest.reader import TurnReader
 
 
 @dataclass
