@@ -33,7 +33,7 @@ from tether.domain.chat_message import (
     ContentPartType,
     ToolCallStatus,
 )
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 from tether.runtime.turn_stores import TurnStores
 
 ALICE = {"requester-uuid": "alice"}
@@ -162,7 +162,7 @@ def test_changed_text_is_closed_and_shown_anew() -> None:
         {"type": "text-start", "id": "text-0-1"},
         {"type": "text-delta", "id": "text-0-1", "delta": "Hello, there"},
     ]
-    assert parts.finish(StreamEnd("done"))[0] == {"type": "text-end", "id": "text-0-1"}
+    assert parts.finish(StreamEnd(EndReason.DONE))[0] == {"type": "text-end", "id": "text-0-1"}
 
 
 def test_tables_and_context_are_data_parts_replaced_in_place() -> None:
@@ -181,10 +181,10 @@ def test_tables_and_context_are_data_parts_replaced_in_place() -> None:
 @pytest.mark.parametrize(
     ("end", "last"),
     [
-        (StreamEnd("done"), {"type": "finish", "finishReason": "stop"}),
-        (StreamEnd("cancelled"), {"type": "abort", "reason": "cancelled"}),
+        (StreamEnd(EndReason.DONE), {"type": "finish", "finishReason": "stop"}),
+        (StreamEnd(EndReason.CANCELLED), {"type": "abort", "reason": "cancelled"}),
         (
-            StreamEnd("errored", "INTERNAL", "the agent failed"),
+            StreamEnd(EndReason.ERRORED, "INTERNAL", "the agent failed"),
             {"type": "error", "errorText": "INTERNAL: the agent failed"},
         ),
     ],
@@ -348,10 +348,10 @@ async def test_a_stream_follows_its_turn_to_the_next_producer() -> None:
     """Fenced here ("gone") or dead with a takeover coming: the same stream
     goes on from the next index, and the client sees one answer."""
     handler = MovingTurn(
-        [StreamEvent(7, bot(text("Hello, wor"))), StreamEnd("dead")],
-        [StreamEvent(8, bot(text("Hello, world"))), StreamEnd("done")],
+        [StreamEvent(7, bot(text("Hello, wor"))), StreamEnd(EndReason.DEAD)],
+        [StreamEvent(8, bot(text("Hello, world"))), StreamEnd(EndReason.DONE)],
     )
-    first = [StreamEvent(0, bot(text("Hel"))), StreamEnd("gone")]
+    first = [StreamEvent(0, bot(text("Hel"))), StreamEnd(EndReason.GONE)]
     data = await ui_parts(handler, first)
     assert handler.attached == [1, 8]
     parts = [json.loads(d) for d in data[:-1]]
@@ -361,14 +361,14 @@ async def test_a_stream_follows_its_turn_to_the_next_producer() -> None:
 
 async def test_a_draining_replica_says_so() -> None:
     handler = MovingTurn(takeovers=False, draining=True)
-    data = await ui_parts(handler, [StreamEvent(0, bot(text("Hel"))), StreamEnd("dead")])
+    data = await ui_parts(handler, [StreamEvent(0, bot(text("Hel"))), StreamEnd(EndReason.DEAD)])
     assert handler.attached == []
     assert json.loads(data[-2])["errorText"].startswith("REPLICA_DRAINING: ")
 
 
 async def test_a_dead_turn_nobody_takes_over_is_an_error() -> None:
     handler = MovingTurn(takeovers=False)
-    data = await ui_parts(handler, [StreamEnd("dead")])
+    data = await ui_parts(handler, [StreamEnd(EndReason.DEAD)])
     assert json.loads(data[-2]) == {
         "type": "error",
         "errorText": "DEAD: the turn's producer stopped and no replica took it over",

@@ -15,7 +15,7 @@ import pytest
 from tether.api.coalescing import coalesce
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.store_errors import StoreUnavailableError
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 HOUR = 3600.0
 GUARD = 5.0
@@ -68,9 +68,9 @@ async def test_the_first_event_goes_at_once_and_the_rest_wait_for_the_window() -
     await asyncio.wait_for(clock.read.wait(), GUARD)
     assert not pulled.done()
     # The end is never held: the newest message, then the end, at once.
-    queue.put_nowait(StreamEnd("done"))
+    queue.put_nowait(StreamEnd(EndReason.DONE))
     assert await asyncio.wait_for(pulled, GUARD) == _event(4)
-    assert await _next(stream) == StreamEnd("done")
+    assert await _next(stream) == StreamEnd(EndReason.DONE)
     with pytest.raises(StopAsyncIteration):
         await _next(stream)
 
@@ -84,8 +84,8 @@ async def test_an_event_after_a_quiet_window_goes_at_once() -> None:
     clock.now += HOUR
     queue.put_nowait(_event(2))
     assert await _next(stream) == _event(2)
-    queue.put_nowait(StreamEnd("cancelled"))
-    assert await _next(stream) == StreamEnd("cancelled")
+    queue.put_nowait(StreamEnd(EndReason.CANCELLED))
+    assert await _next(stream) == StreamEnd(EndReason.CANCELLED)
 
 
 async def test_a_failure_comes_after_the_events_before_it() -> None:

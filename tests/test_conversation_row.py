@@ -26,7 +26,7 @@ from tether.handlers.queue import Ticket
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
 from tether.runtime.lease import ConversationKey
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 from tether.testing.interleavings import Hold, hold
 
 KEY = ConversationKey("t", "u", "s1")
@@ -254,7 +254,7 @@ async def test_a_cancels_partial_answer_is_kept_before_the_next_turn_starts(
     ]
     assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
     events = await _events(c, first.message_id)
-    assert events[-1] == StreamEnd("cancelled")
+    assert events[-1] == StreamEnd(EndReason.CANCELLED)
 
 
 # 5 -------------------------------------------------------------------------

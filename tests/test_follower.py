@@ -16,7 +16,7 @@ from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.runtime.follower import RecordingFollower
 from tether.runtime.lease import ConversationKey
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 
 def _bot(text: str) -> ChatMessage:
@@ -59,7 +59,7 @@ async def test_a_follower_sends_each_snapshot_at_its_own_index_and_ends_with_the
         # The verdict is written one epoch up, as the lease's final write is.
         done = row.model_copy(update={"status": ChatStreamStatus.DONE, "epoch": 2})
         assert await supervision.compare_and_swap("t", "u", "s", 1, done)
-        assert await anext(events) == StreamEnd("done")
+        assert await anext(events) == StreamEnd(EndReason.DONE)
 
 
 async def test_a_follower_says_dead_when_the_heartbeat_is_stale() -> None:
@@ -78,7 +78,7 @@ async def test_a_follower_says_dead_when_the_heartbeat_is_stale() -> None:
         poll_interval=0.01,
     )  # fmt: skip
     items = [item async for item in follower.follow(0)]
-    assert items == [StreamEnd("dead")]
+    assert items == [StreamEnd(EndReason.DEAD)]
 
 
 async def test_a_change_announced_while_the_follower_is_busy_is_not_lost() -> None:
@@ -163,7 +163,7 @@ async def test_a_follower_whose_turn_was_followed_by_the_next_at_once_still_gets
     assert items == [
         StreamEvent(0, _bot("One")),
         StreamEvent(5, _bot("One two three four five six")),
-        StreamEnd("gone"),
+        StreamEnd(EndReason.GONE),
     ]
 
 

@@ -6,7 +6,7 @@ import gc
 import weakref
 
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
-from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
+from tether.runtime.live_buffer import ChatStreamBuffer, EndReason, StreamEnd, StreamEvent
 
 
 def _answer(text: str) -> ChatMessage:
@@ -41,12 +41,12 @@ async def test_a_late_reader_gets_the_newest_state_in_one_event_then_what_follow
     event = await anext(late)
     assert isinstance(event, StreamEvent) and (event.index, event.message.content) == (12, "abc")
     buffer.publish(_answer("abcd"))
-    buffer.close(StreamEnd("done"))
+    buffer.close(StreamEnd(EndReason.DONE))
     rest = [item async for item in late]
     assert [(e.index, e.message.content) for e in rest if isinstance(e, StreamEvent)] == [
         (13, "abcd")
     ]
-    assert rest[-1] == StreamEnd("done")
+    assert rest[-1] == StreamEnd(EndReason.DONE)
 
 
 async def test_a_reader_that_keeps_up_sees_every_message() -> None:
@@ -64,5 +64,5 @@ async def test_a_reader_that_keeps_up_sees_every_message() -> None:
 async def test_a_reader_already_at_the_final_message_gets_only_the_end() -> None:
     buffer = ChatStreamBuffer()
     buffer.publish(_answer("done"))
-    buffer.close(StreamEnd("done"))
-    assert [item async for item in buffer.follow(1)] == [StreamEnd("done")]
+    buffer.close(StreamEnd(EndReason.DONE))
+    assert [item async for item in buffer.follow(1)] == [StreamEnd(EndReason.DONE)]

@@ -22,7 +22,7 @@ from tether.handlers.errors import NotImplementedByStoreError
 from tether.handlers.turn import Turn
 from tether.runtime.conversation_row import CANCELLER
 from tether.runtime.lease import ConversationKey
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 from tether.testing.interleavings import hold
 
 KEY = ConversationKey("t", "u", "s1")
@@ -163,7 +163,7 @@ async def test_attaching_to_a_queued_turn_streams_it_once_it_starts(
     cancelled_events, _ = await b.attach("t", "u", "s1", three.message_id, 0)
     cancelled = asyncio.create_task(_read(cancelled_events))
     await a.cancel("t", "u", "s1", three.message_id)
-    assert await cancelled == ([], StreamEnd("cancelled"))
+    assert await cancelled == ([], StreamEnd(EndReason.CANCELLED))
 
     cluster.answer(two.message_id, "Answer two.")
     cluster.answer(first.message_id, "Answer one.")
@@ -430,10 +430,10 @@ async def test_a_reader_elsewhere_hears_how_the_turn_ended_once_its_row_names_th
             await asyncio.sleep(0)  # the next turn's claim, in the background
     texts, end = await _read(events)
     expected = {
-        "done": StreamEnd("done"),
-        "errored": StreamEnd("errored", "INTERNAL", end.error_message),
-        "cancelled": StreamEnd("cancelled"),
-        "reaped": StreamEnd("errored", "PRODUCER_LOST", "its replica died"),
+        "done": StreamEnd(EndReason.DONE),
+        "errored": StreamEnd(EndReason.ERRORED, "INTERNAL", end.error_message),
+        "cancelled": StreamEnd(EndReason.CANCELLED),
+        "reaped": StreamEnd(EndReason.ERRORED, "PRODUCER_LOST", "its replica died"),
     }[ending]
     assert end == expected
     assert end.error_message or ending not in ("errored", "reaped")

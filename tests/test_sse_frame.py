@@ -12,7 +12,7 @@ from tether.api.sse import frame
 from tether.api.stream_mode import StreamMode
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.store_errors import StoreUnavailableError
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 _MESSAGE = ChatMessage(sender=ChatMessageSender.BOT, content="Hi", message_id="m")
 
@@ -41,7 +41,7 @@ async def test_a_stream_ends_with_its_verdict(mode: StreamMode, reason: str) -> 
 
 @pytest.mark.parametrize("mode", list(StreamMode), ids=str)
 async def test_an_errored_turn_says_its_error_then_its_verdict(mode: StreamMode) -> None:
-    said = await _said(StreamEnd("errored", "TURN_TIMEOUT", "too long"), mode)
+    said = await _said(StreamEnd(EndReason.ERRORED, "TURN_TIMEOUT", "too long"), mode)
     assert said[1:] == [
         ("error", {"code": "TURN_TIMEOUT", "message": "too long"}),
         ("stream_status", {"reason": "errored"}),

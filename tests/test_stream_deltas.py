@@ -46,7 +46,7 @@ from tether.domain.stream_delta import (
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.follower import RecordingFollower
 from tether.runtime.lease import ConversationKey
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 KEY = ConversationKey("t", "u", "s")
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -287,7 +287,7 @@ async def test_across_a_takeover_the_old_producer_is_ignored_and_text_only_grows
     assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
     done = taken.model_copy(update={"status": ChatStreamStatus.DONE, "epoch": 3})
     assert await supervision.compare_and_swap("t", "u", "s", 2, done)
-    assert await _next(follower) == StreamEnd("done")
+    assert await _next(follower) == StreamEnd(EndReason.DONE)
     await other.aclose()
 
 

@@ -32,7 +32,7 @@ from tether.domain.chat_message import (
     ContentPartType,
     ToolCallStatus,
 )
-from tether.runtime.live_buffer import StreamEnd
+from tether.runtime.live_buffer import EndReason, StreamEnd
 
 Part = dict[str, Any]
 """One chunk of the UI message stream, sent as ``data: <json>``."""
@@ -89,9 +89,9 @@ class UIMessageStreamParts:
         """Close every open text part, then say how the answer ended."""
         parts: list[Part] = [{"type": "text-end", "id": t.id} for t in self._texts.values()]
         self._texts.clear()
-        if end.reason == "done":
+        if end.reason is EndReason.DONE:
             parts.append({"type": "finish", "finishReason": "stop"})
-        elif end.reason == "cancelled":
+        elif end.reason is EndReason.CANCELLED:
             # What the AI SDK's own servers send when a generation is aborted.
             parts.append({"type": "abort", "reason": "cancelled"})
         else:
@@ -229,8 +229,8 @@ def _as_text(value: Any) -> str:
 def _why(end: StreamEnd) -> str:
     if end.error_message:
         return end.error_message
-    if end.reason == "dead":
+    if end.reason is EndReason.DEAD:
         return "the turn's producer stopped and no replica took it over"
-    if end.reason == "gone":
+    if end.reason is EndReason.GONE:
         return "another producer owns the turn now; reconnect to follow it"
     return f"the turn ended {end.reason}"

@@ -24,7 +24,7 @@ from tether.api.coalescing import coalesce
 from tether.api.stream_mode import MessageEncoder, StreamMode
 from tether.api.validation_errors import invalid_request
 from tether.domain.store_errors import StoreUnavailableError
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def parse_last_event_id(value: str | None, message_id: str) -> int | None:
 def end_events(end: StreamEnd) -> list[ServerSentEvent]:
     """What closes a stream: the error of an errored turn, then the verdict."""
     events: list[ServerSentEvent] = []
-    if end.reason == "errored":
+    if end.reason is EndReason.ERRORED:
         events.append(error_event(end.error_code or "INTERNAL", end.error_message or ""))
     events.append(status_event(end.reason))
     return events

@@ -66,7 +66,7 @@ from tether.runtime.lease import (
     Lease,
 )
 from tether.runtime.lifecycle import TurnState
-from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd, StreamEvent
+from tether.runtime.live_buffer import ChatStreamBuffer, EndReason, StreamEnd, StreamEvent
 from tether.runtime.presence import ReplicaPresence
 from tether.runtime.recording_flusher import RecordingFlusher
 from tether.runtime.turn_stores import TurnStores
@@ -406,7 +406,12 @@ class ChatHandler:
             # It handed the conversation to the next queued turn: start that here now.
             hand_off = self.queue.start_passed_on(turn.key, turn.passed_to, turn.lease.row_epoch)
             self._in_background(hand_off)
-        elif turn.lease is not None and not lost and end is not None and end.reason != "dead":
+        elif (
+            turn.lease is not None
+            and not lost
+            and end is not None
+            and end.reason is not EndReason.DEAD
+        ):
             # The conversation is free: its next queued turn starts now. (A
             # turn this replica lost or handed off is ended by another hand,
             # which kicks the queue itself.)
@@ -510,7 +515,7 @@ class ChatHandler:
                 raise TurnNotFoundError(f"turn {message_id} is not a turn of {session_id!r}")
             if local.buffer.end is not None:
                 raise TurnEndedError(f"turn {message_id} already ended ({local.buffer.end.reason})")
-            local.stop(StreamEnd("cancelled"))
+            local.stop(StreamEnd(EndReason.CANCELLED))
             return
         if not session_id:
             session_id = await self._session_of(tenant, requester_uuid, message_id)
@@ -595,7 +600,7 @@ class ChatHandler:
             for task in late:
                 task.cancel()  # a store that hangs: not waited for
             for turn in stuck:
-                turn.buffer.close(StreamEnd("dead"))  # readers resume elsewhere
+                turn.buffer.close(StreamEnd(EndReason.DEAD))  # readers resume elsewhere
         for task in handing_off:
             task.cancel()  # only waits on its turn's task
         return [turn.message_id for turn in self.running.with_tasks()]
@@ -628,7 +633,7 @@ class ChatHandler:
         tasks: list[asyncio.Task[Any]] = [*self._background]
         for turn in self.running.with_tasks():
             assert turn.task is not None
-            turn.stop(StreamEnd("dead"))
+            turn.stop(StreamEnd(EndReason.DEAD))
             tasks.append(turn.task)
         for task in tasks:
             task.cancel()

@@ -65,7 +65,7 @@ from tether.handlers.errors import (
 from tether.handlers.replica import AttachLater, Replica
 from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ClaimRefusedError, ConversationKey, FencedError
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 if TYPE_CHECKING:
     from tether.handlers.turn import Turn
@@ -451,7 +451,7 @@ class TurnQueue:
                     # until its clean-up, so this is a cancel).
                     again = await supervision.read(key.tenant, key.requester_uuid, key.session_id)
                     if again is None or again.message_id != message_id:
-                        yield StreamEnd("cancelled")
+                        yield StreamEnd(EndReason.CANCELLED)
                         return
                     break
                 if (

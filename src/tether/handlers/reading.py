@@ -25,7 +25,7 @@ from tether.handlers.running_turns import RunningTurns
 from tether.handlers.turn_ends import ending_of
 from tether.runtime.follower import RecordingFollower, has_push, shows_the_same
 from tether.runtime.lease import ConversationKey
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 _STARTING_WAIT = 5.0
 """Seconds an attach waits for a turn this replica claimed to start, before it
@@ -102,7 +102,7 @@ class TurnReaders:
         async for item in events:
             if isinstance(item, StreamEvent):
                 last = item
-            elif item.reason == "gone":
+            elif item.reason is EndReason.GONE:
                 recorded = await self._replica.endings.answer_in_transcript(key, message_id)
                 if recorded is not None:
                     answer, item = recorded, ending_of(recorded)

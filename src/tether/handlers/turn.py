@@ -56,7 +56,7 @@ from tether.runtime.follower import has_push, is_regression, shows_the_same
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import ConversationKey, FencedError, Lease
 from tether.runtime.lifecycle import Lifecycle, TurnState
-from tether.runtime.live_buffer import ChatStreamBuffer, StreamEnd
+from tether.runtime.live_buffer import ChatStreamBuffer, EndReason, StreamEnd
 from tether.runtime.recording_flusher import RecordingFlusher
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
@@ -215,7 +215,7 @@ class Turn:
         makes before its agent runs (its user message, its marker) may wait
         in a busy store's queue without the lease aging to dead."""
         if self.lease is not None and self._heartbeats is not None and self.context.stateful:
-            self._heartbeats.add(self.lease, lambda: self.stop(StreamEnd("gone")))
+            self._heartbeats.add(self.lease, lambda: self.stop(StreamEnd(EndReason.GONE)))
 
     def start(self) -> asyncio.Task[None]:
         self.task = asyncio.create_task(self.run(), name=f"turn-{self.message_id}")
@@ -230,7 +230,7 @@ class Turn:
             with self.observed.running():
                 end = await self._run()
         finally:
-            told = end or self._stop_reason or StreamEnd("dead")
+            told = end or self._stop_reason or StreamEnd(EndReason.DEAD)
             self.observed.ended(told.reason, told.error_code)
             self._settled.set()
         self.buffer.close(end)
@@ -245,13 +245,13 @@ class Turn:
             # replica may own the turn. It stopped here: resume it elsewhere.
             logger.warning("turn %s: stores unavailable, stopping", self.message_id)
             self.writer.fence()
-            end = StreamEnd("dead")
+            end = StreamEnd(EndReason.DEAD)
         except TurnLimitError as error:
             end = await self._fail(error.code, str(error))
         except asyncio.CancelledError:
             # Cancelled from outside (the server shutting down): the verdict was
             # set by whoever stopped us.
-            end = self._stop_reason or StreamEnd("dead")
+            end = self._stop_reason or StreamEnd(EndReason.DEAD)
             self.buffer.close(end)
             raise
         except Exception:
@@ -302,7 +302,7 @@ class Turn:
         A turn already sealing is left to finish."""
         if self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING):
             self.lifecycle.move(TurnState.HANDING_OFF)
-            self.stop(StreamEnd("dead"))
+            self.stop(StreamEnd(EndReason.DEAD))
         if self.task is not None:
             await asyncio.wait([self.task])
 
@@ -313,7 +313,7 @@ class Turn:
         afterwards is shown or written; its readers hear ``dead``."""
         if self.lifecycle.state is TurnState.HANDING_OFF:
             await self._leave_for_resume()
-        self.buffer.close(StreamEnd("dead"))
+        self.buffer.close(StreamEnd(EndReason.DEAD))
 
     async def stop_for_cancel(self) -> None:
         """A cancel asked on this replica: stop the agent and flush the newest
@@ -324,7 +324,7 @@ class Turn:
         if self.lifecycle.state not in (TurnState.CLAIMED, TurnState.RUNNING):
             return
         self.lifecycle.move(TurnState.CANCELLING)
-        self.stop(StreamEnd("cancelled"))
+        self.stop(StreamEnd(EndReason.CANCELLED))
         if self._drive_task is not None:
             await asyncio.wait([self._drive_task])
         try:
@@ -338,7 +338,7 @@ class Turn:
         if self.lease is not None:
             self.lease.lost = True
         self.lifecycle.end(TurnState.CANCELLED)
-        self.stop(StreamEnd("cancelled"))
+        self.stop(StreamEnd(EndReason.CANCELLED))
 
     # ------------------------------------------------------------- producing
 
@@ -382,7 +382,7 @@ class Turn:
         except asyncio.CancelledError:
             if self._stop_reason is None:
                 raise
-            if self._stop_reason.reason == "gone":
+            if self._stop_reason.reason is EndReason.GONE:
                 raise FencedError(self.message_id) from None
             if self.lifecycle.state is TurnState.HANDING_OFF:
                 await self._leave_for_resume()
@@ -509,7 +509,7 @@ class Turn:
                     ),
                     interval=self._settings.heartbeat_interval,
                     on_watched=self._watched,
-                    on_taken=lambda: self.stop(StreamEnd("gone")),
+                    on_taken=lambda: self.stop(StreamEnd(EndReason.GONE)),
                 )
                 workers.append(asyncio.create_task(watching))
         if self._stores.agent_state is not None and self.state.resumables:
@@ -531,12 +531,14 @@ class Turn:
         except (FencedError, StoreUnavailableError):
             # Fenced, or unreachable past the writer's retries while the lease
             # could still be ours: another replica may own the turn.
-            self.stop(StreamEnd("gone"))
+            self.stop(StreamEnd(EndReason.GONE))
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("turn %s: checkpointing failed", self.message_id)
-            self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
+            self.stop(
+                StreamEnd(EndReason.ERRORED, "INTERNAL", "a background worker of the turn failed")
+            )
 
     def _pending_put(self) -> RecordingPut | None:
         """The produced message not yet recorded, as a put at the stream index
@@ -571,13 +573,15 @@ class Turn:
     def _fenced_by_recording(self) -> None:
         self.writer.fence()
         self._settled.set()
-        self.stop(StreamEnd("gone"))
+        self.stop(StreamEnd(EndReason.GONE))
 
     def _flush_failed(self, error: BaseException) -> None:
         # Not an outage (the flusher retries those: the next flush writes the
         # latest message again), but this turn's own put failing.
         logger.error("turn %s: recording flush failed", self.message_id, exc_info=error)
-        self.stop(StreamEnd("errored", "INTERNAL", "a background worker of the turn failed"))
+        self.stop(
+            StreamEnd(EndReason.ERRORED, "INTERNAL", "a background worker of the turn failed")
+        )
 
     async def _flush(self) -> None:
         """Wait until everything the agent produced is recorded, and so shown
@@ -620,7 +624,7 @@ class Turn:
                 # with the verdict written there. Readers hear done.
                 self.writer.fence()
                 self.lifecycle.end(TurnState.DONE)
-                return StreamEnd("done")
+                return StreamEnd(EndReason.DONE)
             if self._stores.conversation is not None:
                 await self._bus.publish(
                     ConversationUpdated(
@@ -628,11 +632,11 @@ class Turn:
                     )
                 )
         self.lifecycle.end(TurnState.DONE)
-        return StreamEnd("done")
+        return StreamEnd(EndReason.DONE)
 
     async def _fail(self, code: str, message: str) -> StreamEnd:
         """Record an errored turn (unless fenced: then someone else owns it)."""
-        end = StreamEnd("errored", code, message)
+        end = StreamEnd(EndReason.ERRORED, code, message)
         if not self.lifecycle.can_move(TurnState.FAILING):
             return await self._fenced_end() if self.lifecycle.ended else end
         self.lifecycle.move(TurnState.FAILING)
@@ -663,7 +667,7 @@ class Turn:
                 # stored.
                 logger.exception("turn %s: could not record its error", self.message_id)
                 self.writer.fence()
-                return StreamEnd("gone")
+                return StreamEnd(EndReason.GONE)
         self.lifecycle.end(TurnState.ERRORED)
         return end
 
@@ -706,7 +710,7 @@ class Turn:
         (``producer_watch.ending_after_fence``)."""
         self.writer.fence()
         if self.lease is None:
-            return StreamEnd("gone")
+            return StreamEnd(EndReason.GONE)
         recording, wait = self._stores.recording, self._settings.heartbeat_interval
         reason = await producer_watch.ending_after_fence(self.lease, recording, self.key, wait=wait)
         return StreamEnd(reason)

@@ -26,7 +26,7 @@ from tether.domain.chat_message import (
     ContentPartType,
     ToolCallStatus,
 )
-from tether.runtime.live_buffer import StreamEnd
+from tether.runtime.live_buffer import EndReason, StreamEnd
 
 _CUT_OFF_CALL: dict[LastTurnStatus, str] = {
     "cancelled": "Cancelled before it completed: it may or may not have happened.",
@@ -66,10 +66,10 @@ def ending_of(answer: ChatMessage) -> StreamEnd:
         context = part.context or {}
         error = context.get("turn_error")
         if isinstance(error, dict):
-            return StreamEnd("errored", error.get("code"), error.get("message"))
+            return StreamEnd(EndReason.ERRORED, error.get("code"), error.get("message"))
         if context.get("turn_cancelled") is True:
-            return StreamEnd("cancelled")
-    return StreamEnd("done")
+            return StreamEnd(EndReason.CANCELLED)
+    return StreamEnd(EndReason.DONE)
 
 
 def _with_part(

@@ -39,7 +39,7 @@ from tether.domain.chat_stream_supervision_store import (
 from tether.domain.stream_delta import StreamDelta, apply_step
 from tether.runtime.delta_publisher import WATCH_SECONDS
 from tether.runtime.lease import ConversationKey
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 Clock = Callable[[], datetime]
 LiveHere = Callable[[int, int], "AsyncIterator[StreamEvent | StreamEnd] | None"]
@@ -58,9 +58,9 @@ _REWATCH = 0.5
 """Seconds between a follower's watches while no delta of the current owner came."""
 
 _TERMINAL = {
-    ChatStreamStatus.DONE: "done",
-    ChatStreamStatus.ERRORED: "errored",
-    ChatStreamStatus.CANCELLED: "cancelled",
+    ChatStreamStatus.DONE: EndReason.DONE,
+    ChatStreamStatus.ERRORED: EndReason.ERRORED,
+    ChatStreamStatus.CANCELLED: EndReason.CANCELLED,
 }
 
 
@@ -156,7 +156,12 @@ class RecordingFollower:
                 row_read_at = self._monotonic()
                 end = self._verdict(row)
                 if end is not None:
-                    if end.reason in ("done", "errored", "cancelled", "gone"):
+                    if end.reason in (
+                        EndReason.DONE,
+                        EndReason.ERRORED,
+                        EndReason.CANCELLED,
+                        EndReason.GONE,
+                    ):
                         # The producer publishes its last deltas and flushes before
                         # it writes the terminal status: apply those, then read the
                         # snapshot once more so the final message is never missed.
@@ -181,7 +186,7 @@ class RecordingFollower:
                         else:
                             for event in self._learn(item.index, item.message, row.epoch):
                                 yield event
-                    if end is not None and end.reason not in ("dead", "gone"):
+                    if end is not None and end.reason not in (EndReason.DEAD, EndReason.GONE):
                         yield end
                         return
                     # This replica gave the turn up (a drain, a takeover
@@ -295,10 +300,10 @@ class RecordingFollower:
 
     def _verdict(self, row: ChatStreamSupervision | None) -> StreamEnd | None:
         if row is None or row.message_id != self._message_id:
-            return StreamEnd("gone")
+            return StreamEnd(EndReason.GONE)
         if row.status in _TERMINAL:
             reason = _TERMINAL[row.status]
-            if reason == "errored":
+            if reason is EndReason.ERRORED:
                 return StreamEnd(reason, "TURN_ERRORED", "the turn failed on its producing replica")
             return StreamEnd(reason)
         if row.is_dead(self._clock(), self._dead_after):
@@ -306,7 +311,7 @@ class RecordingFollower:
             if self._dead_since is None:
                 self._dead_since = now
             if now - self._dead_since >= self._await_takeover:
-                return StreamEnd("dead")
+                return StreamEnd(EndReason.DEAD)
             return None
         self._dead_since = None
         return None

@@ -11,6 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from tether.domain.chat_message import ChatMessage
 
@@ -25,19 +26,31 @@ class StreamEvent:
     """When the producer published it (monotonic clock): for lag measurements."""
 
 
+class EndReason(StrEnum):
+    """How a stream ended, as readers are told (the SSE ``stream_status``)."""
+
+    DONE = "done"
+    """A clean close: the whole answer was streamed."""
+    ERRORED = "errored"
+    CANCELLED = "cancelled"
+    DEAD = "dead"
+    """The producer stopped here: resume the turn elsewhere."""
+    GONE = "gone"
+    """Another producer owns the turn now: ask the status."""
+
+
 @dataclass(frozen=True)
 class StreamEnd:
-    """How a stream ended, as readers are told.
+    """How a stream ended, as readers are told. ``error_code`` and
+    ``error_message`` are set for ``errored``. A plain string is taken for
+    its ``EndReason`` (a reason read back from a store or a message)."""
 
-    ``reason`` is ``done`` (a clean close), ``errored``, ``cancelled``, ``dead``
-    (the producer stopped here; resume elsewhere) or ``gone`` (another producer
-    owns the turn now; ask the status). ``error_code`` and ``error_message`` are
-    set for ``errored``.
-    """
-
-    reason: str
+    reason: EndReason
     error_code: str | None = None
     error_message: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", EndReason(self.reason))
 
 
 class ChatStreamBuffer:

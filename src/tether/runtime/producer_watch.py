@@ -23,6 +23,7 @@ from tether.domain.chat_stream_recording_store import (
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.runtime import conversation_row as rows
 from tether.runtime.lease import ConversationKey, Lease
+from tether.runtime.live_buffer import EndReason
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ async def ending_after_fence(
     key: ConversationKey,
     *,
     wait: float,
-) -> str:
+) -> EndReason:
     """How a turn whose lease another writer took ended, as its local readers
     hear it: a cancel says ``cancelled`` (finished, or still keeping the
     partial), and so does a newer turn in the row (an interrupt or a rollback
@@ -114,5 +115,5 @@ async def ending_after_fence(
             or row.status is ChatStreamStatus.CANCELLED
             or rows.is_cancelling(row)
         ):
-            return "cancelled"
-    return "gone"
+            return EndReason.CANCELLED
+    return EndReason.GONE

@@ -65,7 +65,7 @@ from tether.handlers.errors import (
     TurnRequestError,
     UnknownAgentError,
 )
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 logger = logging.getLogger(__name__)
 
@@ -182,10 +182,10 @@ async def _ui_stream(
         yield _event(part)
     next_index = 0
     follows = 0
-    end = StreamEnd("dead")
+    end = StreamEnd(EndReason.DEAD)
     try:
         while True:
-            end = StreamEnd("dead")
+            end = StreamEnd(EndReason.DEAD)
             async for item in source:
                 if isinstance(item, StreamEnd):
                     end = item
@@ -193,7 +193,9 @@ async def _ui_stream(
                 next_index = item.index + 1
                 for part in parts.update(item.message):
                     yield _event(part)
-            moved = end.reason == "gone" or (end.reason == "dead" and handler.takeovers.running)
+            moved = end.reason is EndReason.GONE or (
+                end.reason is EndReason.DEAD and handler.takeovers.running
+            )
             if moved and follows < _FOLLOW_AGAIN:
                 follows += 1
                 try:
@@ -203,10 +205,10 @@ async def _ui_stream(
                     continue
                 except TurnRequestError as error:
                     logger.info("turn %s: cannot follow it further: %s", message_id, error)
-            if end.reason == "dead" and handler.draining:
+            if end.reason is EndReason.DEAD and handler.draining:
                 # A rolling deploy: another replica takes the turn over, but
                 # this one is shutting down and cannot follow it there.
-                end = StreamEnd("dead", "REPLICA_DRAINING", _DRAINING)
+                end = StreamEnd(EndReason.DEAD, "REPLICA_DRAINING", _DRAINING)
             for part in parts.finish(end):
                 yield _event(part)
             break
@@ -215,7 +217,7 @@ async def _ui_stream(
         logger.warning("turn %s: stores unavailable while streaming", message_id)
         yield _event(error_part("STORE_UNAVAILABLE", "a store is unavailable; reconnect shortly"))
     yield _event(DONE)
-    if end.reason == "cancelled":
+    if end.reason is EndReason.CANCELLED:
         # Every part is sent; the client's own stop() closes the stream now
         # (its disconnect cancels this wait), or the linger runs out.
         await asyncio.sleep(STOPPED_LINGER_SECONDS)

@@ -33,7 +33,7 @@ from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import TurnEndedError, TurnRequestError
 from tether.handlers.queue import Ticket
 from tether.handlers.turn import Turn
-from tether.runtime.live_buffer import StreamEnd, StreamEvent
+from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 
 router = APIRouter(tags=["chat"])
 
@@ -95,9 +95,9 @@ async def chat_response(
         end = started.buffer.end
         latest = started.buffer.latest.message if started.buffer.latest is not None else None
     response.headers[MESSAGE_ID_HEADER] = message_id
-    if end is not None and end.reason == "errored":
+    if end is not None and end.reason is EndReason.ERRORED:
         raise _TurnFailedError(end.error_code or "INTERNAL", end.error_message or "turn failed")
-    if end is not None and end.reason != "done":
+    if end is not None and end.reason is not EndReason.DONE:
         raise TurnEndedError(f"the turn ended {end.reason}")
     answer = latest or ChatMessage(sender=ChatMessageSender.BOT, message_id=message_id)
     return ChatResponseBody(
