@@ -12,8 +12,9 @@ from tether.adapters.stream_buffer import (
     InMemoryChatStreamSupervisionStore,
 )
 from tether.domain.chat_message import ChatMessage, ChatMessageSender, ContentPart, ContentPartType
-from tether.domain.chat_stream_recording_store import RecordedStreamEvent
+from tether.domain.chat_stream_recording_store import DeltaPublication, RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
+from tether.domain.stream_delta import StreamDelta, step_between
 from tether.runtime.follower import RecordingFollower
 from tether.runtime.lease import ConversationKey
 from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
@@ -185,3 +186,52 @@ class _LandsAfterRead(InMemoryChatStreamRecordingStore):
         if staged is not None:
             await staged()
         return answer
+
+
+async def test_a_follower_whose_loop_stalled_takes_the_deltas_before_the_snapshot() -> None:
+    """Deltas flowed; then the follower's loop stalled past ``_FLOWING`` (a
+    loaded machine) while the producer recorded index 3 and 4 and published
+    both deltas. It woke to both announcements at once and, counting the
+    deltas not yet applied as stopped, read the snapshot (index 4) first: the
+    delta of index 3 then came too late and the client never saw index 3
+    (``tests/test_cross_replica_live.py`` missed an index so, on Redis,
+    under load). Now the deltas heard are applied before the snapshot is
+    judged."""
+    channel = InMemoryChangeChannel()
+    recording = InMemoryChatStreamRecordingStore(channel)
+    supervision = InMemoryChatStreamSupervisionStore(channel)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    elapsed = [0.0]
+    row = ChatStreamSupervision(
+        status=ChatStreamStatus.RUNNING, heartbeat_at=now, message_id="m", epoch=1
+    )
+    assert await supervision.compare_and_swap("t", "u", "s", None, row)
+    texts = ["one", "one two", "one two three", "one two three four", "one two three four five"]
+
+    async def produce(index: int) -> None:
+        """Record the message at ``index``, then publish its delta (as the producer does)."""
+        await recording.put("t", "u", "s", _event(index, texts[index]))
+        previous = _bot(texts[index - 1]) if index else None
+        delta = StreamDelta("m", 1, index, (step_between(previous, _bot(texts[index])),))
+        await recording.publish_deltas([DeltaPublication("t", "u", "s", delta)])
+
+    await produce(0)
+    follower = RecordingFollower(
+        recording, supervision, ConversationKey("t", "u", "s"), "m",
+        clock=lambda: now, dead_after=timedelta(seconds=3),
+        poll_interval=10_000.0, monotonic=lambda: elapsed[0],
+    )  # fmt: skip
+    events = follower.follow(0)
+    seen: list[int] = []
+    async with asyncio.timeout(5):
+        seen.append((await anext(events)).index)  # type: ignore[union-attr]
+        for index in (1, 2):
+            await produce(index)
+            seen.append((await anext(events)).index)  # type: ignore[union-attr]
+        elapsed[0] += 2.0  # the stall: no delta applied for longer than _FLOWING
+        await produce(3)
+        await produce(4)
+        while seen[-1] < 4:
+            seen.append((await anext(events)).index)  # type: ignore[union-attr]
+    await events.aclose()
+    assert seen == [0, 1, 2, 3, 4]

@@ -148,8 +148,15 @@ class RecordingFollower:
                 read_recording = read_row = True  # a dead producer announces nothing
             if read_recording:
                 self._new_gap = False
+                # The deltas heard go first, unless the row changed (a new
+                # owner's row is read before a delta is trusted): a follower
+                # whose loop stalled (a loaded machine, a slow client) wakes
+                # to them and to the snapshot's announcement at once, and the
+                # snapshot, ahead of them, must not make it skip their indexes.
+                caught_up = [] if read_row else list(self._apply_pending(changes))
+                flowing = (bool(caught_up) and not self._ahead) or self._flowing()
                 record = await self._recording.read(k.tenant, k.requester_uuid, k.session_id)
-                for event in self._take_snapshot(record):
+                for event in [*caught_up, *self._take_snapshot(record, flowing=flowing)]:
                     yield event
             if read_row:
                 row = await self._supervision.read(k.tenant, k.requester_uuid, k.session_id)
@@ -236,13 +243,15 @@ class RecordingFollower:
             return
 
     def _take_snapshot(
-        self, record: RecordedStreamEvent | None, *, final: bool = False
+        self, record: RecordedStreamEvent | None, *, final: bool = False, flowing: bool = False
     ) -> Iterator[StreamEvent]:
+        """``record``'s message, unless the deltas bring it (``flowing``: they
+        did just now, or lately) or the client has it."""
         if record is None or record.message_id != self._message_id:
             return
         if record.epoch < self._known_epoch or record.index <= self._known_index:
             return  # older than what deltas already told
-        if not final and record.epoch == self._known_epoch and self._flowing():
+        if not final and record.epoch == self._known_epoch and flowing:
             return  # the deltas bring every index up to it, one by one
         yield from self._learn(record.index, record.message, record.epoch)
         yield from self._apply(self._take_ahead(), fresh=False)
