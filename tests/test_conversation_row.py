@@ -21,7 +21,7 @@ from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.queued_messages import queued_id, waiting_in
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.erase import erase_conversation
-from tether.handlers.errors import TurnEndedError, TurnNotFoundError
+from tether.handlers.errors import ConversationBusyError, TurnEndedError, TurnNotFoundError
 from tether.handlers.queue import Ticket
 from tether.handlers.turn import Turn
 from tether.handlers.turn_ends import ending_of
@@ -527,3 +527,27 @@ async def test_a_rolled_back_turn_whose_start_was_fenced_never_runs_again(
     assert waiting_in(transcript) == []
     assert not cluster.scripts.of(two.message_id).started.is_set()  # its agent never ran
     assert (await b.status("t", "u", "s1")).message_id == third.message_id
+
+
+async def test_an_interrupt_never_cancels_an_erase_in_progress(cluster: ScriptedCluster) -> None:
+    """An interrupt cancels the turn that occupies the conversation. Before,
+    it took an erase's tombstone for a turn: it "cancelled" it (a verdict for
+    ``tether/erasing``), deleted the row and claimed the conversation while
+    the erase was half way (``tether simulate`` seed 2045729741). Now the
+    cancel refuses an erase, and the interrupt answers 409 while it runs."""
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    cluster.answer(first.message_id, "One.")
+    assert await cluster.ended(first) == "done"
+    stores = cluster.stores
+    assert stores.agent_state is not None and stores.conversation is not None
+
+    erasing = hold(stores.agent_state, "delete")
+    erase = asyncio.create_task(b.erase("t", "u", "s1"))
+    await erasing.reached()  # the erase holds the row
+    with pytest.raises(ConversationBusyError):
+        await cluster.start(a, "s1", "Two?", strategy="interrupt")
+    erasing.release()
+    assert await erase
+    assert await stores.conversation.get_conversation("t", "u", "s1") is None
+    assert await stores.conversation.get_transcript("t", "u", "s1") == []

@@ -129,6 +129,8 @@ FOUND_SINCE = {
     640167408: "a retention prune died holding its tombstone and nothing finished it",
     869320828: "an erase died holding its tombstone and nothing finished it",
     1011549266: "an erase died holding its tombstone and nothing finished it",
+    2045729741: "an interrupt cancelled an erase's tombstone as if it were a turn",
+    2083313695: "the model held a turn to its answer after an erase that died had removed it",
 }
 
 

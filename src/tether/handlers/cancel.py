@@ -94,6 +94,15 @@ async def cancel_turn(
             continue
         running_tries += 1
         state = rows.state_of(row, handler.clock(), handler.dead_after, handler.presence.gone)
+        if state is RowState.ERASING:
+            # An erase holds the conversation (an interrupt found its
+            # tombstone in the way): no turn to cancel. A dead one is free to
+            # the next claim, or finished by the takeover scan.
+            raise ConversationBusyError(
+                "the conversation is being erased",
+                message_id=message_id,
+                session_id=key.session_id,
+            )
         if state is RowState.FREE:
             if took and row.status is ChatStreamStatus.CANCELLED:
                 return  # our cancel, finished by another hand after ours stalled

@@ -135,6 +135,16 @@ class Model:
                 facts.erased = True
         self.erases.append(Erase(session, self.tick(), erased, by))
 
+    def erase_interrupted(self, session: str) -> None:
+        """An erase of ``session`` died half way (its replica was killed): it
+        may have removed the transcript already, so the turns accepted so far
+        are no longer held to their answers; nothing is required gone (a new
+        message may take its dead tombstone, or a takeover scan finish it,
+        which the model then hears of as an erase that returned)."""
+        for facts in self.turns.values():
+            if facts.session == session and facts.accepted_seq is not None:
+                facts.erased = True
+
     def agent_told(self, turn: str, event: str, detail: str) -> None:
         self.agent_events.append((self.tick(), turn, event, detail))
         if event == "tool":

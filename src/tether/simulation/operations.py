@@ -9,6 +9,7 @@ how its stream ended.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -18,9 +19,7 @@ from tether.domain.chat_request import ChatRequest, MultitaskStrategy, RequestHe
 from tether.handlers.errors import TurnEndedError, TurnRequestError
 from tether.handlers.queue import Ticket
 from tether.handlers.retention import prune_stores
-from tether.runtime.conversation_row import ERASING_ID
 from tether.runtime.live_buffer import StreamEvent
-from tether.simulation import invariants
 from tether.simulation.agent import AGENT
 from tether.simulation.model import OWNER, TENANT
 from tether.simulation.world import Replica, World
@@ -118,13 +117,12 @@ async def status(world: World, replica: Replica, session: str) -> str:
 
 async def erase(world: World, replica: Replica, session: str) -> str:
     """``DELETE /conversations/{session}``."""
-    began = world.model.tick()
-    handler = replica.handler
     try:
-        await handler.erase(TENANT, OWNER, session)
+        # The model hears of it from the replica (``World``), as of the
+        # erases the takeover scan finishes.
+        await replica.handler.erase(TENANT, OWNER, session)
     except (TurnRequestError, ConversationNotOwnedError) as refused:
         return f"refused: {type(refused).__name__}"
-    world.model.erase_returned(session, began, "erase")
     return "erased"
 
 
@@ -137,35 +135,29 @@ async def share(world: World, replica: Replica, session: str) -> str:
 
 
 async def takeover_scan(world: World, replica: Replica) -> str:
-    """One pass of the replica's takeover loop. It finishes an erase that
-    died half way (``handlers.takeover``): the model then learns of that
-    erase as of one that returned, begun when the scan began."""
-    began = world.model.tick()
-    sessions = {t.session for t in world.model.turns.values()}
-    erasing = [s for s in sorted(sessions) if _erasing(await invariants.snapshot(world, s))]
-    taken = await replica.handler.takeovers.scan()
-    for session in erasing:
-        if (await invariants.snapshot(world, session)).row is None:
-            world.model.erase_returned(session, began, "a takeover scan")
-    return f"took {taken}"
-
-
-def _erasing(shot: invariants.Snapshot) -> bool:
-    return shot.row is not None and shot.row.message_id == ERASING_ID
+    """One pass of the replica's takeover loop."""
+    return f"took {await replica.handler.takeovers.scan()}"
 
 
 async def retention_scan(world: World, replica: Replica) -> str:
     """One retention run (``prune_stores``), as the lease holder does it."""
     began = world.model.tick()
-    report = await prune_stores(
-        replica.handler.stores,
-        RETENTION_AGE,
-        dry_run=False,
-        now=world.clock(),
-        dead_after=replica.handler.dead_after,
-        clock=replica.handler.clock,
-        end_dead=replica.handler.endings.end_erased_turn,
-    )
+    try:
+        report = await prune_stores(
+            replica.handler.stores,
+            RETENTION_AGE,
+            dry_run=False,
+            now=world.clock(),
+            dead_after=replica.handler.dead_after,
+            clock=replica.handler.clock,
+            end_dead=replica.handler.endings.end_erased_turn,
+        )
+    except asyncio.CancelledError:
+        # Killed while it erased one of them, which is not told: any may
+        # have lost its transcript.
+        for session in {t.session for t in world.model.turns.values()}:
+            world.model.erase_interrupted(session)
+        raise
     for removed in report.removed:
         world.model.erase_returned(removed.session_id, began, "retention")
     return f"pruned {len(report.removed)}"

@@ -16,7 +16,7 @@ import logging
 import random
 import tempfile
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,9 +186,28 @@ class World:
             monotonic=self.loop.time,
             order=random.Random(self.rng.getrandbits(32)),
         )
+        handler.erase = self._told_of_erases(handler.erase)  # type: ignore[method-assign,assignment]
         replica = Replica(name, handler)
         self.replicas.append(replica)
         return replica
+
+    def _told_of_erases(self, erase: Erase) -> Erase:
+        """``erase`` that tells the model of every erase that returned or died
+        half way: a client's, and one the takeover scan finishes for a replica
+        that died erasing (``handlers.takeover``)."""
+        model = self.model
+
+        async def erase_and_tell(tenant: str, requester_uuid: str | None, session: str) -> bool:
+            began = model.tick()
+            try:
+                erased = await erase(tenant, requester_uuid, session)
+            except asyncio.CancelledError:
+                model.erase_interrupted(session)  # killed half way
+                raise
+            model.erase_returned(session, began, "erase")
+            return erased
+
+        return erase_and_tell
 
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if not r.dead]
@@ -225,6 +244,10 @@ class World:
                     if replica.dead:
                         task.cancel()
         return task
+
+
+Erase = Callable[[str, "str | None", str], Coroutine[Any, Any, bool]]
+"""``ChatHandler.erase``."""
 
 
 def _forget(tasks: dict[asyncio.Task[Any], None], done: asyncio.Task[Any]) -> None:
