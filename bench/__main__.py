@@ -3,7 +3,7 @@
 python -m bench store-ops      [--backends memory,file,sqlite,postgres,redis] [--count 300]
 python -m bench follower-lag   [--backends ...] [--flushes 60]
 python -m bench concurrent     [--backends ...] [--turns 1000] [--chunk-size 3]
-python -m bench cross-replica  [--backends postgres,redis,sqlite,file] [--turns 20]
+python -m bench cross-replica  [--backends postgres,redis,sqlite,file] [--turns 20] [--at-once 1]
 python -m bench memory         [--backends sqlite] [--turns 1000]
 python -m bench wire-bytes
 python -m bench all
@@ -125,11 +125,12 @@ async def _concurrent(
 
 
 async def _cross_replica(
-    backends: list[str], turns: int, pace: cross_replica.Pace
+    backends: list[str], turns: int, pace: cross_replica.Pace, at_once: int
 ) -> dict[str, Any]:
-    results = await cross_replica.measure_all(backends, turns, pace)
+    results = await cross_replica.measure_all(backends, turns, pace, at_once)
     print(
-        f"\n### Cross-replica follower: two `tether serve` processes, {turns} turns of "
+        f"\n### Cross-replica follower: two `tether serve` processes, {turns} turns "
+        f"({at_once} at once) of "
         f"{pace.answer_chunks} deltas at {pace.chunks_per_second:g}/s "
         f"({pace.chunk_size} word{'s' if pace.chunk_size > 1 else ''} each)\n"
     )
@@ -251,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="concurrent: another process spins on one core for the whole run (outside load)",
     )
+    parser.add_argument(
+        "--at-once",
+        type=int,
+        default=1,
+        help="cross-replica: followed turns that stream together (default 1)",
+    )
     parser.add_argument("--json", help="write the raw figures to this file")
     args = parser.parse_args(argv)
 
@@ -290,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                 [b for b in backends("cross-replica") if b != "memory"],
                 turns("cross-replica"),
                 pace,
+                args.at_once,
             )
         )
     if args.which in ("memory", "all"):

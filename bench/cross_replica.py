@@ -28,6 +28,7 @@ readers its SSE readers (``tether.crashtest.reader``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -250,9 +251,12 @@ async def _warm_up(api: TetherAPI, a: Replica, b: Replica) -> None:
             await follower.aclose()
 
 
-async def measure(backend: str, turns: int, pace: Pace | None = None) -> dict[str, Any]:
-    """``turns`` followed turns, then ``turns`` cross-replica and ``turns``
-    same-replica cancels, one turn at a time, on ``backend``."""
+async def measure(
+    backend: str, turns: int, pace: Pace | None = None, at_once: int = 1
+) -> dict[str, Any]:
+    """``turns`` followed turns, ``at_once`` of them streaming together, then
+    ``turns`` cross-replica and ``turns`` same-replica cancels, one turn at a
+    time, on ``backend``."""
     pace = pace or Pace()
     with (
         store_urls(backend) as (store, stream),
@@ -271,7 +275,12 @@ async def measure(backend: str, turns: int, pace: Pace | None = None) -> dict[st
             api = TetherAPI(http, AGENT, conversations=not backend.startswith("redis"))
             a, b = cluster.replicas
             await _warm_up(api, a, b)
-            follows = [await _follow_turn(api, a, b, f"follow{i}") for i in range(turns)]
+            follows: list[dict[str, Any]] = []
+            for first in range(0, turns, at_once):
+                batch = range(first, min(turns, first + at_once))
+                follows += await asyncio.gather(
+                    *(_follow_turn(api, a, b, f"follow{i}") for i in batch)
+                )
             cancels: dict[str, list[dict[str, Any]]] = {"cross": [], "same": []}
             for i in range(turns):
                 # Cancel at varied points, so the DELETE lands anywhere in the
@@ -279,7 +288,9 @@ async def measure(backend: str, turns: int, pace: Pace | None = None) -> dict[st
                 after = 3 + (i * 7) % 25
                 cancels["cross"].append(await _cancel_turn(api, a, b, after, f"cancel{i}"))
                 cancels["same"].append(await _cancel_turn(api, a, a, after, f"local{i}"))
-    return _report(backend, turns, pace, push, deltas, follows, cancels)
+    report = _report(backend, turns, pace, push, deltas, follows, cancels)
+    report["at_once"] = at_once
+    return report
 
 
 def _report(
@@ -414,5 +425,7 @@ def _channel(result: dict[str, Any]) -> str:
     return "yes, deltas" if result["deltas"] else "yes"
 
 
-async def measure_all(backends: list[str], turns: int, pace: Pace) -> dict[str, Any]:
-    return {backend: await measure(backend, turns, pace) for backend in backends}
+async def measure_all(
+    backends: list[str], turns: int, pace: Pace, at_once: int = 1
+) -> dict[str, Any]:
+    return {backend: await measure(backend, turns, pace, at_once) for backend in backends}
