@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
     TextPart,
     TextPartDelta,
 )
+from pydantic_ai.models import Model
 
 from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_message import ChatMessage, ToolCallStatus
@@ -43,7 +44,8 @@ class PydanticAIChatAgent(StreamableChatAgent):
 
     A subclass that needs more constructor dependencies takes them after
     ``pydantic_ai_run`` and calls ``super().__init__(pydantic_ai_run)``; one
-    whose agent has ``deps`` returns them from ``agent_deps``.
+    whose agent has ``deps`` returns them from ``agent_deps``, and one that
+    picks its model per turn (from its setup, say) returns it from ``agent_model``.
     """
 
     agent: ClassVar[AbstractAgent[Any, Any]]
@@ -53,6 +55,10 @@ class PydanticAIChatAgent(StreamableChatAgent):
 
     def agent_deps(self) -> Any:
         """The ``deps`` of the turn's PydanticAI run (none by default)."""
+        return None
+
+    def agent_model(self) -> Model | None:
+        """The model of the turn's PydanticAI run (None: the one ``agent`` was given)."""
         return None
 
     async def execute_streaming(
@@ -80,6 +86,7 @@ class PydanticAIChatAgent(StreamableChatAgent):
             async with self.agent.iter(
                 prompt,
                 message_history=list(state.history),
+                model=self.agent_model(),
                 deps=self.agent_deps(),
                 capabilities=[tools],
             ) as run:
