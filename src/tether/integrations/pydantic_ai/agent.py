@@ -16,10 +16,11 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, AgentRun
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.messages import (
     FunctionToolResultEvent,
+    ModelMessage,
     PartDeltaEvent,
     PartStartEvent,
     TextPart,
@@ -100,7 +101,7 @@ class PydanticAIChatAgent(StreamableChatAgent):
                                     yield self._answer(shown, live.values())
                         node = await run.next(node)
                         # The response is finished: it is in the history from here on.
-                        state.history = run.all_messages()
+                        state.history = _snapshot(run)
                         await state.request_checkpoint()
                         yield self._answer(shown)
                     elif Agent.is_call_tools_node(node):
@@ -114,7 +115,7 @@ class PydanticAIChatAgent(StreamableChatAgent):
                         node = await run.next(node)
                     else:
                         node = await run.next(node)
-                state.history = run.all_messages()
+                state.history = _snapshot(run)
         except* AskTheUser as group:
             asked = group.exceptions[0].args[0]
         if asked is not None:
@@ -132,6 +133,15 @@ class PydanticAIChatAgent(StreamableChatAgent):
         state = self.pydantic_ai_run
         outcomes = {**_ledger_outcomes(state.tools), **shown}
         return answer(state.turn_messages(), outcomes=outcomes, live_text=live, notes=state.notes)
+
+
+def _snapshot(run: AgentRun[Any, Any]) -> list[ModelMessage]:
+    """The run's history as it is now, a copy. ``all_messages()`` is the run's
+    own list, which goes on growing: with the next request, and with the
+    response being streamed when the stream is cut off (a drain cancels it).
+    Kept as is, a checkpoint taken then would hold that unfinished response
+    as a finished one, and a resume would answer after it."""
+    return list(run.all_messages())
 
 
 def _add_text(live: dict[int, str], event: object) -> bool:
