@@ -382,6 +382,14 @@ def test_tool_rounds_need_the_tool_agent(tmp_path: Path) -> None:
     assert "'nobody'" in result.output
 
 
+def test_the_long_agent_must_be_one_the_project_defines(tmp_path: Path) -> None:
+    project = _fast_project(tmp_path / "project")
+    result = CliRunner().invoke(app, ["crash-test", str(project), "--agent", "nobody"])
+    assert result.exit_code == 2
+    assert "--agent 'nobody'" in result.output
+    assert "pydantic-writer" in result.output  # the agents it does define are named
+
+
 @pytest.mark.processes
 @pytest.mark.parametrize("fault", ["kill", "pause-in-write"])
 def test_the_seed_wiring_without_a_conversation_store(

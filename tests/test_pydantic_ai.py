@@ -357,3 +357,38 @@ async def test_a_writing_tool_cut_off_in_its_call_is_not_run_again(
     (answer,) = _bots(await cluster.transcript("s1"))
     tools = [p.tool for p in answer.content_parts or [] if p.tool]
     assert [t.status for t in tools] == [ToolCallStatus.ERROR]
+
+
+async def test_a_drained_producer_s_turn_is_finished_by_a_survivor_as_one_answer(
+    cluster: ScriptedCluster, librarian: Librarian
+) -> None:
+    """A drain cancels the run in the middle of a response and checkpoints it
+    as it hands the turn off. PydanticAI keeps the response it was streaming
+    in its own history when the stream is cut off: that unfinished response
+    must not reach the checkpoint, or the survivor takes it for a finished
+    one and the answer comes back in two pieces (found by ``tether
+    crash-test --agent pydantic-writer``, its rolling-deploy rounds)."""
+    librarian.hold = asyncio.Event()
+    a, b = _replica(cluster), _replica(cluster)
+    turn = await _ask(a, "s1", "rivers")
+    async with asyncio.timeout(10):
+        await librarian.holding.wait()  # "The answer" is being streamed
+    await a.drain()
+
+    librarian.hold = None
+    assert await b.takeovers.scan() == 1
+    resumed = b.local_turn(turn.message_id)
+    assert resumed is not None
+    assert await cluster.ended(resumed) == "done"
+
+    # The tool ran once; the answer after it was asked for again, from the
+    # history that ends with the tool's result, and is the crash-free one.
+    assert librarian.lookups == [("rivers", f"{turn.message_id}:0")]
+    assert any(isinstance(p, ToolReturnPart) for p in librarian.requests[-1][-1].parts)
+    (answer,) = _bots(await cluster.transcript("s1"))
+    assert answer.content == ANSWER
+    assert [p.type for p in answer.content_parts or []] == [
+        ContentPartType.TEXT,
+        ContentPartType.TOOL,
+        ContentPartType.TEXT,
+    ]

@@ -117,9 +117,15 @@ def crash_test_command(
     json_file: Annotated[
         Path | None, typer.Option("--json", help="Also write the report to this JSON file.")
     ] = None,
-    agent: Annotated[str, typer.Option(help="agent_identifier of the long agent.")] = (
-        "long-writer"
-    ),
+    agent: Annotated[
+        str,
+        typer.Option(
+            help="agent_identifier of the long agent, the one every round but tool rounds "
+            "runs: a long, deterministic answer (so a resumed turn can be compared with a "
+            "crash-free one) whose tool counts its runs in TETHER_TOOL_LOG, like the "
+            "example's long-writer or pydantic-writer (the same on PydanticAI)."
+        ),
+    ] = "long-writer",
     tool_agent: Annotated[
         str,
         typer.Option(
@@ -158,7 +164,14 @@ def crash_test_command(
         console.print("[red]--pause-in transcript needs the conversation store[/red]")
         raise typer.Exit(EXIT_CANNOT_RUN)
     project = (project_dir or example_project_dir()).resolve()
-    if fault is FaultChoice.TOOL and tool_agent not in project_agents(project):
+    agents = project_agents(project)
+    if fault is not FaultChoice.TOOL and agent not in agents:
+        console.print(
+            f"[red]--agent {agent!r}: {project} does not define it (its setups name "
+            f"{', '.join(sorted(agents)) or 'no agent'})[/red]"
+        )
+        raise typer.Exit(EXIT_CANNOT_RUN)
+    if fault is FaultChoice.TOOL and tool_agent not in agents:
         console.print(
             f"[red]--fault tool runs the agent {tool_agent!r} (--tool-agent), which {project} "
             "does not define[/red]"

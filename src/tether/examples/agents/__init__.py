@@ -1,5 +1,5 @@
 """The example agents; importing the package registers them."""
 
-from . import assistant, long_writer, note_writer
+from . import assistant, long_writer, note_writer, pydantic_writer
 
-__all__ = ["assistant", "long_writer", "note_writer"]
+__all__ = ["assistant", "long_writer", "note_writer", "pydantic_writer"]

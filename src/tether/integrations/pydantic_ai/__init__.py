@@ -16,11 +16,13 @@ See ``docs/pydantic-ai.md``.
 
 from tether.integrations.pydantic_ai._durable_tools import ON_UNKNOWN_KEY, DurableTools
 from tether.integrations.pydantic_ai.agent import PydanticAIChatAgent
+from tether.integrations.pydantic_ai.offline_model import OfflineModel
 from tether.integrations.pydantic_ai.run_state import PydanticAIRun, PydanticAIRunFactory
 
 __all__ = [
     "ON_UNKNOWN_KEY",
     "DurableTools",
+    "OfflineModel",
     "PydanticAIChatAgent",
     "PydanticAIRun",
     "PydanticAIRunFactory",

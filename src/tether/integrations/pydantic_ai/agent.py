@@ -16,15 +16,17 @@ import uuid
 from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, AgentRun
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.messages import (
     FunctionToolResultEvent,
+    ModelMessage,
     PartDeltaEvent,
     PartStartEvent,
     TextPart,
     TextPartDelta,
 )
+from pydantic_ai.models import Model
 
 from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_message import ChatMessage, ToolCallStatus
@@ -43,7 +45,8 @@ class PydanticAIChatAgent(StreamableChatAgent):
 
     A subclass that needs more constructor dependencies takes them after
     ``pydantic_ai_run`` and calls ``super().__init__(pydantic_ai_run)``; one
-    whose agent has ``deps`` returns them from ``agent_deps``.
+    whose agent has ``deps`` returns them from ``agent_deps``, and one that
+    picks its model per turn (from its setup, say) returns it from ``agent_model``.
     """
 
     agent: ClassVar[AbstractAgent[Any, Any]]
@@ -53,6 +56,10 @@ class PydanticAIChatAgent(StreamableChatAgent):
 
     def agent_deps(self) -> Any:
         """The ``deps`` of the turn's PydanticAI run (none by default)."""
+        return None
+
+    def agent_model(self) -> Model | None:
+        """The model of the turn's PydanticAI run (None: the one ``agent`` was given)."""
         return None
 
     async def execute_streaming(
@@ -80,6 +87,7 @@ class PydanticAIChatAgent(StreamableChatAgent):
             async with self.agent.iter(
                 prompt,
                 message_history=list(state.history),
+                model=self.agent_model(),
                 deps=self.agent_deps(),
                 capabilities=[tools],
             ) as run:
@@ -93,7 +101,7 @@ class PydanticAIChatAgent(StreamableChatAgent):
                                     yield self._answer(shown, live.values())
                         node = await run.next(node)
                         # The response is finished: it is in the history from here on.
-                        state.history = run.all_messages()
+                        state.history = _snapshot(run)
                         await state.request_checkpoint()
                         yield self._answer(shown)
                     elif Agent.is_call_tools_node(node):
@@ -107,7 +115,7 @@ class PydanticAIChatAgent(StreamableChatAgent):
                         node = await run.next(node)
                     else:
                         node = await run.next(node)
-                state.history = run.all_messages()
+                state.history = _snapshot(run)
         except* AskTheUser as group:
             asked = group.exceptions[0].args[0]
         if asked is not None:
@@ -125,6 +133,15 @@ class PydanticAIChatAgent(StreamableChatAgent):
         state = self.pydantic_ai_run
         outcomes = {**_ledger_outcomes(state.tools), **shown}
         return answer(state.turn_messages(), outcomes=outcomes, live_text=live, notes=state.notes)
+
+
+def _snapshot(run: AgentRun[Any, Any]) -> list[ModelMessage]:
+    """The run's history as it is now, a copy. ``all_messages()`` is the run's
+    own list, which goes on growing: with the next request, and with the
+    response being streamed when the stream is cut off (a drain cancels it).
+    Kept as is, a checkpoint taken then would hold that unfinished response
+    as a finished one, and a resume would answer after it."""
+    return list(run.all_messages())
 
 
 def _add_text(live: dict[int, str], event: object) -> bool:
