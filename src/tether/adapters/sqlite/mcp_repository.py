@@ -3,8 +3,9 @@
 The repository works over a ``tether.adapters.sqlite.SQLiteDatabase``: the one
 the other SQLite stores of the same URL share (``tether serve`` passes it), or
 one of its own (``from_url``). Its two tables are created by the idempotent DDL
-below when it opens, inside a ``BEGIN IMMEDIATE`` transaction, so replicas
-opening at once do not race; the backend's own schema version is not touched.
+of ``queries`` (where all of its SQL is, as ``MCP_*``) when it opens, inside a
+``BEGIN IMMEDIATE`` transaction, so replicas opening at once do not race; the
+backend's own schema version is not touched.
 
 Every row holds the sealed document of ``RecordCodec`` (credentials encrypted),
 plus the columns lookups need: the ids (as UTF-8 BLOBs, so any Python string,
@@ -23,85 +24,8 @@ from tether.adapters.mcp._codec import RecordCodec
 from tether.adapters.mcp.encryption import NO_KEY_MESSAGE, MCPOAuthCipher
 from tether.adapters.mcp.records import MCPOAuthClientInfoRecord, MCPUserIntegrationRecord
 from tether.adapters.mcp.repository import MCPOAuthRepository, is_tombstone
-from tether.adapters.sqlite import Lane, SQLiteDatabase
+from tether.adapters.sqlite import Lane, SQLiteDatabase, queries
 from tether.domain.store_errors import StoreCorruptedError
-
-# The SQL of this repository, in one place ------------------------------------------------
-
-CREATE_TABLES = (
-    """
-    CREATE TABLE IF NOT EXISTS mcp_oauth_integrations (
-        tenant BLOB NOT NULL,
-        user_uuid BLOB NOT NULL,
-        server_name BLOB NOT NULL,
-        pending_state BLOB,
-        revision TEXT,
-        document TEXT NOT NULL,
-        PRIMARY KEY (tenant, user_uuid, server_name)
-    ) STRICT
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS mcp_oauth_integrations_by_state
-    ON mcp_oauth_integrations (pending_state) WHERE pending_state IS NOT NULL
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS mcp_oauth_clients (
-        tenant BLOB NOT NULL,
-        server_name BLOB NOT NULL,
-        document TEXT NOT NULL,
-        PRIMARY KEY (tenant, server_name)
-    ) STRICT
-    """,
-)
-_KEY = "tenant = :tenant AND user_uuid = :user AND server_name = :server"
-LIST_INTEGRATIONS = """
-    SELECT document FROM mcp_oauth_integrations
-    WHERE tenant = :tenant AND user_uuid = :user ORDER BY server_name
-"""
-GET_INTEGRATION = f"SELECT document FROM mcp_oauth_integrations WHERE {_KEY}"
-FIND_BY_STATE = "SELECT document FROM mcp_oauth_integrations WHERE pending_state = :state LIMIT 1"
-UPSERT_INTEGRATION = """
-    INSERT INTO mcp_oauth_integrations
-        (tenant, user_uuid, server_name, pending_state, revision, document)
-    VALUES (:tenant, :user, :server, :state, :revision, :document)
-    ON CONFLICT (tenant, user_uuid, server_name) DO UPDATE SET
-        pending_state = excluded.pending_state,
-        revision = excluded.revision,
-        document = excluded.document
-"""
-INSERT_INTEGRATION_IF_ABSENT = """
-    INSERT INTO mcp_oauth_integrations
-        (tenant, user_uuid, server_name, pending_state, revision, document)
-    VALUES (:tenant, :user, :server, :state, :revision, :document)
-    ON CONFLICT (tenant, user_uuid, server_name) DO NOTHING
-"""
-UPDATE_INTEGRATION_IF_REVISION = f"""
-    UPDATE mcp_oauth_integrations
-    SET pending_state = :state, revision = :revision, document = :document
-    WHERE {_KEY} AND revision IS :expected
-"""
-DELETE_INTEGRATION = f"DELETE FROM mcp_oauth_integrations WHERE {_KEY}"
-DELETE_INTEGRATION_IF_REVISION = f"{DELETE_INTEGRATION} AND revision IS :expected"
-EXISTS_INTEGRATION = f"SELECT 1 FROM mcp_oauth_integrations WHERE {_KEY}"
-LIST_CLIENTS = "SELECT document FROM mcp_oauth_clients WHERE tenant = :tenant ORDER BY server_name"
-GET_CLIENT = """
-    SELECT document FROM mcp_oauth_clients WHERE tenant = :tenant AND server_name = :server
-"""
-UPSERT_CLIENT = """
-    INSERT INTO mcp_oauth_clients (tenant, server_name, document)
-    VALUES (:tenant, :server, :document)
-    ON CONFLICT (tenant, server_name) DO UPDATE SET document = excluded.document
-"""
-INSERT_CLIENT_IF_ABSENT = """
-    INSERT INTO mcp_oauth_clients (tenant, server_name, document)
-    VALUES (:tenant, :server, :document)
-    ON CONFLICT (tenant, server_name) DO NOTHING
-"""
-UPDATE_CLIENT_IF_REVISION = """
-    UPDATE mcp_oauth_clients SET document = :document
-    WHERE tenant = :tenant AND server_name = :server
-      AND json_extract(document, '$.revision') IS :expected
-"""
 
 
 class SQLiteMCPOAuthRepository(MCPOAuthRepository):
@@ -156,7 +80,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> list[MCPUserIntegrationRecord]:
         params = {"tenant": _id(tenant), "user": _id(user_uuid)}
         rows = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(LIST_INTEGRATIONS, params).fetchall()
+            Lane.DURABLE, lambda c: c.execute(queries.MCP_LIST_INTEGRATIONS, params).fetchall()
         )
         records = [self._codec.integration(_json(row[0]), _WHERE) for row in rows]
         wanted = None if server_names is None else set(server_names)
@@ -167,7 +91,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPUserIntegrationRecord | None:
         params = _row(tenant, user_uuid, server_name)
         row = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(GET_INTEGRATION, params).fetchone()
+            Lane.DURABLE, lambda c: c.execute(queries.MCP_GET_INTEGRATION, params).fetchone()
         )
         return None if row is None else self._codec.integration(_json(row[0]), _WHERE)
 
@@ -176,18 +100,20 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPUserIntegrationRecord | None:
         params = {"state": _id(state)}
         row = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(FIND_BY_STATE, params).fetchone()
+            Lane.DURABLE, lambda c: c.execute(queries.MCP_FIND_BY_STATE, params).fetchone()
         )
         return None if row is None else self._codec.integration(_json(row[0]), _WHERE)
 
     async def save_user_integration(self, record: MCPUserIntegrationRecord) -> None:
         values = self._values(record)
-        await self.database.write(Lane.DURABLE, lambda c: _execute(c, UPSERT_INTEGRATION, values))
+        await self.database.write(
+            Lane.DURABLE, lambda c: _execute(c, queries.MCP_UPSERT_INTEGRATION, values)
+        )
 
     async def delete_user_integration(self, tenant: str, user_uuid: str, server_name: str) -> bool:
         params = _row(tenant, user_uuid, server_name)
         deleted = await self.database.write(
-            Lane.DURABLE, lambda c: c.execute(DELETE_INTEGRATION, params).rowcount
+            Lane.DURABLE, lambda c: c.execute(queries.MCP_DELETE_INTEGRATION, params).rowcount
         )
         return bool(deleted)
 
@@ -203,9 +129,13 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
         def swap(connection: sqlite3.Connection) -> bool:
             if expected_revision is None:
                 if tombstone:
-                    return connection.execute(EXISTS_INTEGRATION, values).fetchone() is None
-                return connection.execute(INSERT_INTEGRATION_IF_ABSENT, values).rowcount == 1
-            query = DELETE_INTEGRATION_IF_REVISION if tombstone else UPDATE_INTEGRATION_IF_REVISION
+                    found = connection.execute(queries.MCP_EXISTS_INTEGRATION, values).fetchone()
+                    return found is None
+                query = queries.MCP_INSERT_INTEGRATION_IF_ABSENT
+            elif tombstone:
+                query = queries.MCP_DELETE_INTEGRATION_IF_REVISION
+            else:
+                query = queries.MCP_UPDATE_INTEGRATION_IF_REVISION
             return connection.execute(query, values).rowcount == 1
 
         return await self.database.write(Lane.DURABLE, swap)
@@ -215,7 +145,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> list[MCPOAuthClientInfoRecord]:
         params = {"tenant": _id(tenant)}
         rows = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(LIST_CLIENTS, params).fetchall()
+            Lane.DURABLE, lambda c: c.execute(queries.MCP_LIST_CLIENTS, params).fetchall()
         )
         records = [self._codec.client_info(_json(row[0]), _CLIENTS) for row in rows]
         wanted = None if server_names is None else set(server_names)
@@ -226,7 +156,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPOAuthClientInfoRecord | None:
         params = {"tenant": _id(tenant), "server": _id(server_name)}
         row = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(GET_CLIENT, params).fetchone()
+            Lane.DURABLE, lambda c: c.execute(queries.MCP_GET_CLIENT, params).fetchone()
         )
         return None if row is None else self._codec.client_info(_json(row[0]), _CLIENTS)
 
@@ -236,7 +166,9 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
             "server": _id(record.server_name),
             "document": _dump(self._codec.client_info_document(record)),
         }
-        await self.database.write(Lane.DURABLE, lambda c: _execute(c, UPSERT_CLIENT, values))
+        await self.database.write(
+            Lane.DURABLE, lambda c: _execute(c, queries.MCP_UPSERT_CLIENT, values)
+        )
 
     async def compare_and_swap_client_info(
         self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
@@ -247,9 +179,9 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
             "document": _dump(self._codec.client_info_document(record)),
         }
         if expected is None:
-            query = INSERT_CLIENT_IF_ABSENT
+            query = queries.MCP_INSERT_CLIENT_IF_ABSENT
         else:
-            query, values["expected"] = UPDATE_CLIENT_IF_REVISION, expected.revision
+            query, values["expected"] = queries.MCP_UPDATE_CLIENT_IF_REVISION, expected.revision
         return bool(
             await self.database.write(
                 Lane.DURABLE, lambda c: c.execute(query, values).rowcount == 1
@@ -294,7 +226,7 @@ def _execute(connection: sqlite3.Connection, query: str, values: dict[str, Any])
 
 
 def _create_tables(connection: sqlite3.Connection) -> None:
-    for statement in CREATE_TABLES:
+    for statement in queries.MCP_CREATE_TABLES:
         connection.execute(statement)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.adapters._files import (
+from tether.adapters.file._files import (
     RowFiles,
     locked_row,
     read_json,
@@ -18,7 +18,7 @@ from tether.adapters._files import (
     store_root,
     write_json,
 )
-from tether.adapters.kept_numbers import KeptNumber, KeptNumbers
+from tether.adapters.file.kept_numbers import KeptNumber, KeptNumbers
 from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
 from tether.domain.store_errors import StoreCorruptedError
 from tether.domain.tombstones import TombstoneKey
@@ -39,7 +39,7 @@ class LocalFileChatAgentStateStore(ChatAgentStateStore):
 
     The conversation's fence is kept for ever, and so under its tombstone,
     not its ids: in ``{base_path}/agent-state-fence/{tombstone[:2]}/{tombstone}.json``
-    as ``{"fence": n}`` (``tether.adapters.kept_numbers``: a keyed hash,
+    as ``{"fence": n}`` (``tether.adapters.file.kept_numbers``: a keyed hash,
     ``TETHER_TOMBSTONE_KEY``), also while the state exists (a file of its own
     either way, so keeping it there costs nothing). ``save_fenced``, ``fence``
     and ``delete`` hold an exclusive ``flock`` on the state's sibling ``.lock``

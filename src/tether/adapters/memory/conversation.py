@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tether.adapters.conversation._record import (
+from tether.adapters.conversation_record import (
     Append,
     Clock,
     ConversationRecord,

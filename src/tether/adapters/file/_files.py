@@ -29,7 +29,7 @@ Every file store follows the same five rules, implemented once here:
   directory makes it first, and makes it again when it was removed in
   between (:func:`write_json`, :func:`exclusive_lock`). What a store keeps of
   a conversation for ever lives in files named by its keyed hash
-  (``tether.adapters.kept_numbers``).
+  (``tether.adapters.file.kept_numbers``).
 
 The helpers are blocking; stores call them inside one :func:`run_in_thread` per
 operation so the event loop never waits on the disk. POSIX only (``fcntl``).

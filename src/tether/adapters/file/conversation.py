@@ -8,7 +8,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tether.adapters._files import (
+from tether.adapters.conversation_record import (
+    Append,
+    Clock,
+    ConversationRecord,
+    Removal,
+    page,
+    stale_page,
+    stamp,
+    utc_now,
+)
+from tether.adapters.file._files import (
     RowFiles,
     child_path,
     encode_component,
@@ -19,16 +29,6 @@ from tether.adapters._files import (
     run_in_thread,
     store_root,
     write_json,
-)
-from tether.adapters.conversation._record import (
-    Append,
-    Clock,
-    ConversationRecord,
-    Removal,
-    page,
-    stale_page,
-    stamp,
-    utc_now,
 )
 from tether.domain.chat_conversation_store import (
     ChatConversationStore,

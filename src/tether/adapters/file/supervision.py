@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tether.adapters._files import (
+from tether.adapters.file._files import (
     RowFiles,
     child_path,
     decode_component,
@@ -33,8 +33,8 @@ from tether.adapters._files import (
     store_root,
     write_json,
 )
+from tether.adapters.file.kept_numbers import KeptNumber, KeptNumbers
 from tether.adapters.flock_presence import FlockPresenceLock
-from tether.adapters.kept_numbers import KeptNumber, KeptNumbers
 from tether.adapters.unix_datagrams import DEAD_TURNS_KEY, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import ChangeSubscription, StreamChange
 from tether.domain.chat_stream_supervision_store import (
@@ -75,7 +75,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     a long id is hashed in the path). ``delete`` first keeps that epoch under
     the conversation's tombstone, in
     ``{base_path}/stream-supervision-epoch/{tombstone[:2]}/{tombstone}.json``
-    as ``{"last_epoch": n}`` (``tether.adapters.kept_numbers``: a keyed hash,
+    as ``{"last_epoch": n}`` (``tether.adapters.file.kept_numbers``: a keyed hash,
     ``TETHER_TOMBSTONE_KEY``), then removes the document, so epochs outlive
     their row (``last_epoch``), a claim of a conversation with no row must be
     above it, and nothing left names the conversation. A document without

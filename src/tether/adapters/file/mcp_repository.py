@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tether.adapters._files import (
+from tether.adapters.file._files import (
     RowFiles,
     child_path,
     encode_component,

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tether.adapters._files import (
+from tether.adapters.file._files import (
     RowFiles,
     locked_row,
     read_json,
@@ -20,7 +20,7 @@ from tether.adapters._files import (
     store_root,
     write_json,
 )
-from tether.adapters.kept_numbers import KeptNumber, KeptNumbers
+from tether.adapters.file.kept_numbers import KeptNumber, KeptNumbers
 from tether.adapters.unix_datagrams import PushesOnThisHost, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import (
     ChatStreamRecordingStore,
@@ -55,7 +55,7 @@ class LocalFileChatStreamRecordingStore(PushesOnThisHost, ChatStreamRecordingSto
     accepted put or ``fence``, written in the same replace. With no record,
     the fence is kept under the conversation's tombstone, in
     ``{base_path}/stream-recording-fence/{tombstone[:2]}/{tombstone}.json`` as
-    ``{"fence": n}`` (``tether.adapters.kept_numbers``: a keyed hash,
+    ``{"fence": n}`` (``tether.adapters.file.kept_numbers``: a keyed hash,
     ``TETHER_TOMBSTONE_KEY``): ``delete`` writes it there before it removes the
     document, and a ``fence`` of a conversation with no record raises it
     there, so the fence outlives the record and nothing left names the

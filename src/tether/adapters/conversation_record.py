@@ -1,8 +1,9 @@
-"""The conversation rules both conversation stores share: one record, pure functions.
+"""The conversation rules every conversation store shares: one record, pure functions.
 
-Keeping ownership, append, title and pagination rules here means the in-memory
-store and the file store cannot drift apart; each store only adds how it keeps
-records (a dict under an asyncio lock, or files under flock).
+Keeping ownership, append, title and pagination rules here means the stores of
+the backends (``memory``, ``file``, ``sqlite``, ``postgres``) cannot drift apart;
+each store only adds how it keeps records (a dict under an asyncio lock, files
+under flock, rows in a database).
 """
 
 from __future__ import annotations

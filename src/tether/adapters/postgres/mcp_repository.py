@@ -3,9 +3,9 @@
 The repository works over a ``tether.adapters.postgres.PostgresDatabase``: the
 one the other stores of the same URL share (its pool; ``tether serve`` passes
 it), or one of its own (``from_url``). Its tables are created at open by the
-idempotent DDL below, in one transaction holding an advisory lock of its own,
-so replicas starting together do not race; the backend's migrations and schema
-version are not touched.
+idempotent DDL of ``queries_mcp`` (where all of its SQL is), in one transaction
+holding an advisory lock of its own, so replicas starting together do not race;
+the backend's migrations and schema version are not touched.
 
 Each row holds the sealed ``RecordCodec`` document (credentials encrypted) as
 jsonb, the ids as text, and SHA-256 keys for lookups, so ids of any length fit
@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
@@ -29,116 +29,7 @@ from tether.adapters.mcp._codec import RecordCodec
 from tether.adapters.mcp.encryption import NO_KEY_MESSAGE, MCPOAuthCipher
 from tether.adapters.mcp.records import MCPOAuthClientInfoRecord, MCPUserIntegrationRecord
 from tether.adapters.mcp.repository import MCPOAuthRepository, is_tombstone
-from tether.adapters.postgres import PostgresDatabase
-
-# The SQL of this repository, in one place ------------------------------------------------
-
-LOCK_KEY: Final = 8387237872774807600
-"""Advisory lock serializing this repository's DDL across replicas."""
-
-CREATE_TABLES: Final = (
-    "SELECT pg_advisory_xact_lock(%(lock_key)s)",
-    """
-    CREATE TABLE IF NOT EXISTS tether_mcp_oauth_integrations (
-        key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
-        owner_key bytea NOT NULL,
-        state_key bytea,
-        tenant text NOT NULL,
-        user_uuid text NOT NULL,
-        server_name text NOT NULL,
-        revision text,
-        document jsonb NOT NULL,
-        updated_at timestamptz NOT NULL DEFAULT now()
-    )
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS tether_mcp_oauth_integrations_owner
-    ON tether_mcp_oauth_integrations (owner_key)
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS tether_mcp_oauth_integrations_state
-    ON tether_mcp_oauth_integrations (state_key) WHERE state_key IS NOT NULL
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS tether_mcp_oauth_clients (
-        key bytea PRIMARY KEY CHECK (octet_length(key) = 32),
-        tenant_key bytea NOT NULL,
-        tenant text NOT NULL,
-        server_name text NOT NULL,
-        document jsonb NOT NULL,
-        updated_at timestamptz NOT NULL DEFAULT now()
-    )
-    """,
-    """
-    CREATE INDEX IF NOT EXISTS tether_mcp_oauth_clients_tenant
-    ON tether_mcp_oauth_clients (tenant_key)
-    """,
-)
-TABLES_EXIST: Final = """
-SELECT to_regclass('tether_mcp_oauth_integrations') IS NOT NULL
-   AND to_regclass('tether_mcp_oauth_clients') IS NOT NULL AS ready
-"""
-LIST_INTEGRATIONS: Final = """
-SELECT document FROM tether_mcp_oauth_integrations WHERE owner_key = %(owner_key)s
-"""
-GET_INTEGRATION: Final = "SELECT document FROM tether_mcp_oauth_integrations WHERE key = %(key)s"
-FIND_BY_STATE: Final = """
-SELECT document FROM tether_mcp_oauth_integrations WHERE state_key = %(state_key)s LIMIT 1
-"""
-_COLUMNS: Final = "key, owner_key, state_key, tenant, user_uuid, server_name, revision, document"
-_VALUES: Final = """
-%(key)s, %(owner_key)s, %(state_key)s, %(tenant)s, %(user_uuid)s, %(server_name)s,
-%(revision)s, %(document)s::jsonb
-"""
-UPSERT_INTEGRATION: Final = f"""
-INSERT INTO tether_mcp_oauth_integrations ({_COLUMNS}) VALUES ({_VALUES})
-ON CONFLICT (key) DO UPDATE SET
-    state_key = excluded.state_key, revision = excluded.revision,
-    document = excluded.document, updated_at = now()
-"""
-INSERT_INTEGRATION_IF_ABSENT: Final = f"""
-INSERT INTO tether_mcp_oauth_integrations ({_COLUMNS}) VALUES ({_VALUES})
-ON CONFLICT (key) DO NOTHING
-RETURNING 1 AS written
-"""
-UPDATE_INTEGRATION_IF_REVISION: Final = """
-UPDATE tether_mcp_oauth_integrations
-SET state_key = %(state_key)s, revision = %(revision)s, document = %(document)s::jsonb,
-    updated_at = now()
-WHERE key = %(key)s AND revision IS NOT DISTINCT FROM %(expected)s::text
-RETURNING 1 AS written
-"""
-DELETE_INTEGRATION: Final = """
-DELETE FROM tether_mcp_oauth_integrations WHERE key = %(key)s RETURNING 1 AS written
-"""
-DELETE_INTEGRATION_IF_REVISION: Final = """
-DELETE FROM tether_mcp_oauth_integrations
-WHERE key = %(key)s AND revision IS NOT DISTINCT FROM %(expected)s::text
-RETURNING 1 AS written
-"""
-NO_INTEGRATION: Final = """
-SELECT NOT EXISTS (SELECT 1 FROM tether_mcp_oauth_integrations WHERE key = %(key)s) AS written
-"""
-LIST_CLIENTS: Final = """
-SELECT document FROM tether_mcp_oauth_clients WHERE tenant_key = %(tenant_key)s
-"""
-GET_CLIENT: Final = "SELECT document FROM tether_mcp_oauth_clients WHERE key = %(key)s"
-UPSERT_CLIENT: Final = """
-INSERT INTO tether_mcp_oauth_clients (key, tenant_key, tenant, server_name, document)
-VALUES (%(key)s, %(tenant_key)s, %(tenant)s, %(server_name)s, %(document)s::jsonb)
-ON CONFLICT (key) DO UPDATE SET document = excluded.document, updated_at = now()
-"""
-INSERT_CLIENT_IF_ABSENT: Final = """
-INSERT INTO tether_mcp_oauth_clients (key, tenant_key, tenant, server_name, document)
-VALUES (%(key)s, %(tenant_key)s, %(tenant)s, %(server_name)s, %(document)s::jsonb)
-ON CONFLICT (key) DO NOTHING
-RETURNING 1 AS written
-"""
-UPDATE_CLIENT_IF_REVISION: Final = """
-UPDATE tether_mcp_oauth_clients SET document = %(document)s::jsonb, updated_at = now()
-WHERE key = %(key)s AND document->>'revision' IS NOT DISTINCT FROM %(expected)s::text
-RETURNING 1 AS written
-"""
+from tether.adapters.postgres import PostgresDatabase, queries_mcp
 
 
 class PostgresMCPOAuthRepository(MCPOAuthRepository):
@@ -163,7 +54,7 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
         await self.database.retain()
         self._holding = True
         try:
-            ready = await self.database.fetch_one(TABLES_EXIST, {})
+            ready = await self.database.fetch_one(queries_mcp.TABLES_EXIST, {})
             if ready is None or not ready["ready"]:
                 await self.database.run(_create_tables, transaction=True)
         except BaseException:
@@ -189,7 +80,7 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
         self, tenant: str, user_uuid: str, server_names: Sequence[str] | None = None
     ) -> list[MCPUserIntegrationRecord]:
         rows = await self.database.fetch_all(
-            LIST_INTEGRATIONS, {"owner_key": _key(tenant, user_uuid)}
+            queries_mcp.LIST_INTEGRATIONS, {"owner_key": _key(tenant, user_uuid)}
         )
         records = [self._codec.integration(row["document"], _WHERE) for row in rows]
         wanted = None if server_names is None else set(server_names)
@@ -202,7 +93,7 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
         self, tenant: str, user_uuid: str, server_name: str
     ) -> MCPUserIntegrationRecord | None:
         row = await self.database.fetch_one(
-            GET_INTEGRATION, {"key": _key(tenant, user_uuid, server_name)}
+            queries_mcp.GET_INTEGRATION, {"key": _key(tenant, user_uuid, server_name)}
         )
         return None if row is None else self._codec.integration(row["document"], _WHERE)
 
@@ -211,15 +102,15 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPUserIntegrationRecord | None:
         if "\x00" in state:
             return None  # no stored state holds NUL (PostgreSQL text cannot)
-        row = await self.database.fetch_one(FIND_BY_STATE, {"state_key": _key(state)})
+        row = await self.database.fetch_one(queries_mcp.FIND_BY_STATE, {"state_key": _key(state)})
         return None if row is None else self._codec.integration(row["document"], _WHERE)
 
     async def save_user_integration(self, record: MCPUserIntegrationRecord) -> None:
-        await self.database.execute(UPSERT_INTEGRATION, self._values(record))
+        await self.database.execute(queries_mcp.UPSERT_INTEGRATION, self._values(record))
 
     async def delete_user_integration(self, tenant: str, user_uuid: str, server_name: str) -> bool:
         row = await self.database.fetch_one(
-            DELETE_INTEGRATION, {"key": _key(tenant, user_uuid, server_name)}
+            queries_mcp.DELETE_INTEGRATION, {"key": _key(tenant, user_uuid, server_name)}
         )
         return row is not None
 
@@ -229,20 +120,21 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
         if is_tombstone(record):
             key = {"key": _key(record.tenant, record.user_uuid, record.server_name)}
             if expected_revision is None:
-                row = await self.database.fetch_one(NO_INTEGRATION, key)
+                row = await self.database.fetch_one(queries_mcp.NO_INTEGRATION, key)
                 return bool(row and row["written"])
-            query, values = DELETE_INTEGRATION_IF_REVISION, {**key, "expected": expected_revision}
+            query = queries_mcp.DELETE_INTEGRATION_IF_REVISION
+            values = {**key, "expected": expected_revision}
         elif expected_revision is None:
-            query, values = INSERT_INTEGRATION_IF_ABSENT, self._values(record)
+            query, values = queries_mcp.INSERT_INTEGRATION_IF_ABSENT, self._values(record)
         else:
-            query = UPDATE_INTEGRATION_IF_REVISION
+            query = queries_mcp.UPDATE_INTEGRATION_IF_REVISION
             values = {**self._values(record), "expected": expected_revision}
         return await self.database.fetch_one(query, values) is not None
 
     async def list_client_info(
         self, tenant: str, server_names: Sequence[str] | None = None
     ) -> list[MCPOAuthClientInfoRecord]:
-        rows = await self.database.fetch_all(LIST_CLIENTS, {"tenant_key": _key(tenant)})
+        rows = await self.database.fetch_all(queries_mcp.LIST_CLIENTS, {"tenant_key": _key(tenant)})
         records = [self._codec.client_info(row["document"], _CLIENTS) for row in rows]
         wanted = None if server_names is None else set(server_names)
         return sorted(
@@ -253,20 +145,27 @@ class PostgresMCPOAuthRepository(MCPOAuthRepository):
     async def get_client_info(
         self, tenant: str, server_name: str
     ) -> MCPOAuthClientInfoRecord | None:
-        row = await self.database.fetch_one(GET_CLIENT, {"key": _key(tenant, server_name)})
+        row = await self.database.fetch_one(
+            queries_mcp.GET_CLIENT, {"key": _key(tenant, server_name)}
+        )
         return None if row is None else self._codec.client_info(row["document"], _CLIENTS)
 
     async def save_client_info(self, record: MCPOAuthClientInfoRecord) -> None:
-        await self.database.execute(UPSERT_CLIENT, self._client_values(record))
+        await self.database.execute(queries_mcp.UPSERT_CLIENT, self._client_values(record))
 
     async def compare_and_swap_client_info(
         self, record: MCPOAuthClientInfoRecord, expected: MCPOAuthClientInfoRecord | None
     ) -> bool:
         values = self._client_values(record)
         if expected is None:
-            return await self.database.fetch_one(INSERT_CLIENT_IF_ABSENT, values) is not None
+            return (
+                await self.database.fetch_one(queries_mcp.INSERT_CLIENT_IF_ABSENT, values)
+                is not None
+            )
         values["expected"] = expected.revision
-        return await self.database.fetch_one(UPDATE_CLIENT_IF_REVISION, values) is not None
+        return (
+            await self.database.fetch_one(queries_mcp.UPDATE_CLIENT_IF_REVISION, values) is not None
+        )
 
     def _client_values(self, record: MCPOAuthClientInfoRecord) -> dict[str, Any]:
         document = self._codec.client_info_document(record)
@@ -312,8 +211,10 @@ def mcp_oauth_repository_from_url(
 
 
 async def _create_tables(cursor: AsyncCursor[DictRow]) -> None:
-    for statement in CREATE_TABLES:
-        await cursor.execute(statement, {"lock_key": LOCK_KEY} if "%(" in statement else None)
+    for statement in queries_mcp.CREATE_TABLES:
+        await cursor.execute(
+            statement, {"lock_key": queries_mcp.LOCK_KEY} if "%(" in statement else None
+        )
 
 
 def _key(*ids: str) -> bytes:
