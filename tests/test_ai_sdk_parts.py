@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from tests.support.inprocess import build, client_of
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 from tests.support.inprocess import InProcessRegistries, client_of
 from tests.support.scripted import SETTINGS
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
 from tests.support.inprocess import build, client_of
-from tether.adapters.conversation import InMemoryChatConversationStore
+from tether.adapters.memory import InMemoryChatConversationStore
 from tether.api.auth import AuthMode, JWTAuthenticator, build_authenticator
 from tether.api.jwks import RemoteKeys
 from tether.runtime.turn_stores import TurnStores

@@ -26,9 +26,11 @@ from typing import Any, cast
 import pytest
 from typer.testing import CliRunner
 
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import InMemoryChatStreamRecordingStore
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
+    InMemoryChatStreamRecordingStore,
+)
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.crashtest import reference

@@ -32,11 +32,11 @@ from tests.support.replicas import LiveRead, read_in_background, started
 from tests.support.servers import free_port
 from tests.support.services import import_or_skip
 from tests.test_seed_wiring import WIRING
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.file import LocalFileChatStreamSupervisionStore
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
-    LocalFileChatStreamSupervisionStore,
 )
 from tether.api.app import setup_app
 from tether.api.signal_drain import EXIT_MARGIN, EXIT_STATUS

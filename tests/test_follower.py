@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
     InMemoryChangeChannel,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
+from tether.adapters.memory import InMemoryChatStreamSupervisionStore
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,

@@ -40,13 +40,13 @@ def _file_repository(path: str, key: str | None) -> LocalFileMCPOAuthRepository:
 
 
 def _sqlite_repository(url: str, key: str | None) -> MCPOAuthRepository:
-    from tether.adapters.mcp.sqlite_repository import SQLiteMCPOAuthRepository
+    from tether.adapters.sqlite.mcp_repository import SQLiteMCPOAuthRepository
 
     return SQLiteMCPOAuthRepository.from_url(url, MCPOAuthCipher([key] if key else []))
 
 
 def _postgres_repository(url: str, key: str | None) -> MCPOAuthRepository:
-    from tether.adapters.mcp.postgres_repository import PostgresMCPOAuthRepository
+    from tether.adapters.postgres.mcp_repository import PostgresMCPOAuthRepository
 
     return PostgresMCPOAuthRepository.from_url(url, MCPOAuthCipher([key] if key else []))
 

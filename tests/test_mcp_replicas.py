@@ -52,10 +52,10 @@ def store_url(
     if request.param == "file":
         yield f"file://{tmp_path_factory.mktemp('mcp-store')}"
     elif request.param == "sqlite":
-        import_or_skip("tether.adapters.mcp.sqlite_repository")
+        import_or_skip("tether.adapters.sqlite.mcp_repository")
         yield f"sqlite:///{tmp_path_factory.mktemp('mcp-sqlite')}/tether.db"
     else:
-        import_or_skip("tether.adapters.mcp.postgres_repository")
+        import_or_skip("tether.adapters.postgres.mcp_repository")
         with postgres_database() as url:
             yield url
 

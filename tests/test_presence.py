@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.scripted import SETTINGS, ScriptedCluster, ScriptedRegistries, Scripts
-from tether.adapters.stream_buffer import LocalFileChatStreamSupervisionStore
+from tether.adapters.file import LocalFileChatStreamSupervisionStore
 from tether.domain.chat_message import ChatMessageSender
 from tether.domain.message_bus import MessageBus
 from tether.handlers.chat_handler import ChatHandler

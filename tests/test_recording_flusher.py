@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from tether.adapters.stream_buffer import InMemoryChatStreamRecordingStore
+from tether.adapters.memory import InMemoryChatStreamRecordingStore
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.domain.store_errors import StoreCorruptedError, StoreUnavailableError

@@ -25,7 +25,7 @@ import pytest
 from tests.support.backends import BACKENDS, Backend, SharedPlaces, bundle_of, open_bundle
 from tests.support.inprocess import build
 from tests.support.scripted import question
-from tether.adapters.conversation import InMemoryChatConversationStore
+from tether.adapters.memory import InMemoryChatConversationStore
 from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent

@@ -30,9 +30,9 @@ from tests.support.inprocess import (
     turn,
 )
 from tests.support.scripted import Scripts, question
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from tether.adapters import _files
-from tether.adapters.agent_state import LocalFileChatAgentStateStore
-from tether.adapters.conversation import LocalFileChatConversationStore
-from tether.adapters.stream_buffer import (
-    InMemoryChatStreamRecordingStore,
+from tether.adapters.file import (
+    LocalFileChatAgentStateStore,
+    LocalFileChatConversationStore,
     LocalFileChatStreamRecordingStore,
     LocalFileChatStreamSupervisionStore,
-    local_file_supervision,
+    _files,
 )
+from tether.adapters.file import supervision as file_supervision
+from tether.adapters.memory import InMemoryChatStreamRecordingStore
 from tether.domain.chat_agent_state_store import construct_agent_state_key
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import (
@@ -305,7 +305,7 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
     stores = _FileStores(tmp_path)
     hops: list[str] = []
     threads: set[str] = set()
-    real_to_thread, real_swap = asyncio.to_thread, local_file_supervision._compare_and_swap
+    real_to_thread, real_swap = asyncio.to_thread, file_supervision._compare_and_swap
 
     async def counting(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         hops.append(getattr(func, "__name__", repr(func)))
@@ -316,7 +316,7 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
         return real_swap(*args)
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
-    monkeypatch.setattr(local_file_supervision, "_compare_and_swap", noting_thread)
+    monkeypatch.setattr(file_supervision, "_compare_and_swap", noting_thread)
     swaps = [SupervisionSwap("t", "u", f"s{i}", None, _ROW) for i in range(50)]
     assert await stores.supervision.compare_and_swap_many(swaps) == [True] * 50
     assert hops == []
@@ -554,7 +554,7 @@ async def test_a_row_written_before_documents_kept_their_ids_is_listed_by_its_pa
         for key in ("tenant", "requester_uuid", "session_id"):
             del document[key]
         path.write_text(json.dumps(document, separators=(",", ":")))
-    with caplog.at_level(logging.WARNING, logger=local_file_supervision.__name__):
+    with caplog.at_level(logging.WARNING, logger=file_supervision.__name__):
         listed = await store.list_stale_running(_ROW.heartbeat_at, limit=10)
     # The hashed name does not give its id back: that row waits for a client.
     assert [(t.tenant, t.requester_uuid, t.session_id) for t in listed] == [("a/b", None, "会話")]
@@ -573,7 +573,7 @@ async def test_only_candidates_are_parsed_and_tombstones_not_even_read(
     await store.delete("t", "u", "gone", "m-gone", 1)  # leaves a tombstone
     parsed: list[str] = []
     read: list[str] = []
-    real_parse, real_read = local_file_supervision.parse_json, Path.read_bytes
+    real_parse, real_read = file_supervision.parse_json, Path.read_bytes
 
     def counting_parse(path: Path, raw: bytes) -> Any:
         parsed.append(path.name)
@@ -583,7 +583,7 @@ async def test_only_candidates_are_parsed_and_tombstones_not_even_read(
         read.append(path.name)
         return real_read(path)
 
-    monkeypatch.setattr(local_file_supervision, "parse_json", counting_parse)
+    monkeypatch.setattr(file_supervision, "parse_json", counting_parse)
     monkeypatch.setattr(Path, "read_bytes", counting_read)
     listed = await store.list_stale_running(_ROW.heartbeat_at - timedelta(seconds=5), limit=10)
     assert [t.session_id for t in listed] == ["dead"]

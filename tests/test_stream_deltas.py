@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
     InMemoryChangeChannel,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,

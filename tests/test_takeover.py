@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.scripted import Script, ScriptedCluster
-from tether.adapters.stream_buffer import InMemoryChatStreamSupervisionStore
+from tether.adapters.memory import InMemoryChatStreamSupervisionStore
 from tether.domain.chat_message import ChatMessageSender
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,

@@ -18,7 +18,7 @@ import pytest
 
 from tests.support.backends import CROSS_PROCESS_BACKENDS, Backend
 from tests.support.scripted import Script, ScriptedCluster
-from tether.adapters.conversation import InMemoryChatConversationStore
+from tether.adapters.memory import InMemoryChatConversationStore
 from tether.domain.chat_message import ChatMessageSender
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError, TurnEndedError

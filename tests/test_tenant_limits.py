@@ -17,7 +17,7 @@ import pytest
 from starlette.requests import Request
 
 from tests.support.inprocess import build, client_of, turn
-from tether.adapters.conversation import InMemoryChatConversationStore
+from tether.adapters.memory import InMemoryChatConversationStore
 from tether.api.auth import (
     HeaderAuthenticator,
     JWTAuthenticator,

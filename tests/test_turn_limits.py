@@ -14,9 +14,9 @@ import pytest
 
 from tests.support.inprocess import build, client_of, handler_of, turn
 from tests.support.scripted import AGENT, ScriptedCluster, enqueued, question
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

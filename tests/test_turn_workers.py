@@ -10,10 +10,10 @@ from typing import Any
 
 from tether.adapters.agent_dependency_registry import AgentDependencyRegistry
 from tether.adapters.agent_setup_retriever_from_file import AgentSetupRetrieverFromFile
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
 from tether.adapters.local_agent_registries_factory import LocalAgentRegistriesFactory
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

@@ -101,9 +101,9 @@ def import_backend(scheme: str) -> ModuleType:
 
 
 def _file_stores(directory: str) -> StoreBundle:
-    from tether.adapters.agent_state import LocalFileChatAgentStateStore
-    from tether.adapters.conversation import LocalFileChatConversationStore
-    from tether.adapters.stream_buffer import (
+    from tether.adapters.file import (
+        LocalFileChatAgentStateStore,
+        LocalFileChatConversationStore,
         LocalFileChatStreamRecordingStore,
         LocalFileChatStreamSupervisionStore,
     )
@@ -130,10 +130,10 @@ def _file_stores(directory: str) -> StoreBundle:
 
 
 def _memory_stores() -> StoreBundle:
-    from tether.adapters.agent_state import InMemoryChatAgentStateStore
-    from tether.adapters.conversation import InMemoryChatConversationStore
-    from tether.adapters.stream_buffer import (
+    from tether.adapters.memory import (
         InMemoryChangeChannel,
+        InMemoryChatAgentStateStore,
+        InMemoryChatConversationStore,
         InMemoryChatStreamRecordingStore,
         InMemoryChatStreamSupervisionStore,
     )

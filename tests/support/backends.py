@@ -92,7 +92,7 @@ class _Memory(Backend):
     def conversation_store(
         self, bundle: StoreBundle, url: str, clock: Clock
     ) -> ChatConversationStore:
-        from tether.adapters.conversation import InMemoryChatConversationStore
+        from tether.adapters.memory import InMemoryChatConversationStore
 
         return InMemoryChatConversationStore(clock=clock)
 
@@ -112,7 +112,7 @@ class _File(Backend):
     def conversation_store(
         self, bundle: StoreBundle, url: str, clock: Clock
     ) -> ChatConversationStore:
-        from tether.adapters.conversation import LocalFileChatConversationStore
+        from tether.adapters.file import LocalFileChatConversationStore
 
         # Where ``tether.stores.from_url`` puts the conversations of ``url``.
         return LocalFileChatConversationStore(Path(urlsplit(url).path) / "conversations", clock)

@@ -15,10 +15,10 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
     InMemoryChangeChannel,
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.adapters.agent_state import InMemoryChatAgentStateStore
-from tether.adapters.conversation import InMemoryChatConversationStore
-from tether.adapters.stream_buffer import (
+from tether.adapters.memory import (
     InMemoryChangeChannel,
+    InMemoryChatAgentStateStore,
+    InMemoryChatConversationStore,
     InMemoryChatStreamRecordingStore,
     InMemoryChatStreamSupervisionStore,
 )

@@ -1,6 +1,14 @@
-"""Agent state (checkpoint) stores: file-backed and in-memory."""
+"""Old import path, kept working: the agent state stores now live in ``tether.adapters.memory`` and
+``tether.adapters.file``.
 
-from tether.adapters.agent_state.in_memory import InMemoryChatAgentStateStore
-from tether.adapters.agent_state.local_file import LocalFileChatAgentStateStore
+Only a re-export remains here, so that code importing ``tether.adapters.agent_state`` (the
+seed's wiring, third-party code) runs unchanged; import from the new place in new code.
+"""
 
-__all__ = ["InMemoryChatAgentStateStore", "LocalFileChatAgentStateStore"]
+from tether.adapters.file.agent_state import LocalFileChatAgentStateStore
+from tether.adapters.memory.agent_state import InMemoryChatAgentStateStore
+
+__all__ = [
+    "InMemoryChatAgentStateStore",
+    "LocalFileChatAgentStateStore",
+]

@@ -5,6 +5,7 @@ wraps one and owns the flow rules. The agent side (``MCPTools``) lives in
 ``tether.mcp_tools``, which needs the ``mcp`` SDK; nothing here imports it.
 """
 
+from tether.adapters.file.mcp_repository import LocalFileMCPOAuthRepository
 from tether.adapters.mcp.encryption import (
     ENCRYPTION_KEYS_ENV,
     MCPOAuthCipher,
@@ -12,8 +13,6 @@ from tether.adapters.mcp.encryption import (
     MCPOAuthEncryptionNotConfiguredError,
     generate_encryption_key,
 )
-from tether.adapters.mcp.in_memory import InMemoryMCPOAuthRepository
-from tether.adapters.mcp.local_file import LocalFileMCPOAuthRepository
 from tether.adapters.mcp.records import (
     MCPOAuthClientInfoRecord,
     MCPOAuthPendingAuthorization,
@@ -34,6 +33,7 @@ from tether.adapters.mcp.token_client import (
     MCPOAuthTokenError,
     get_mcp_oauth_token_client,
 )
+from tether.adapters.memory.mcp_repository import InMemoryMCPOAuthRepository
 
 __all__ = [
     "ENCRYPTION_KEYS_ENV",

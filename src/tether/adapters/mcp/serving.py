@@ -27,9 +27,9 @@ logger = logging.getLogger(__name__)
 
 _SQL_REPOSITORIES = {
     # scheme -> module with ``mcp_oauth_repository_from_url(url, cipher)``
-    "sqlite": "tether.adapters.mcp.sqlite_repository",
-    "postgresql": "tether.adapters.mcp.postgres_repository",
-    "postgres": "tether.adapters.mcp.postgres_repository",
+    "sqlite": "tether.adapters.sqlite.mcp_repository",
+    "postgresql": "tether.adapters.postgres.mcp_repository",
+    "postgres": "tether.adapters.postgres.mcp_repository",
 }
 
 
@@ -43,12 +43,12 @@ def mcp_oauth_repository_from_url(
     """
     parts = urlsplit(url)
     if parts.scheme == "file":
-        from tether.adapters.mcp.local_file import LocalFileMCPOAuthRepository
+        from tether.adapters.file.mcp_repository import LocalFileMCPOAuthRepository
 
         directory = os.path.abspath(parts.netloc + parts.path)
         return LocalFileMCPOAuthRepository(os.path.join(directory, "mcp-oauth"), cipher)
     if parts.scheme == "memory":
-        from tether.adapters.mcp.in_memory import InMemoryMCPOAuthRepository
+        from tether.adapters.memory.mcp_repository import InMemoryMCPOAuthRepository
 
         return InMemoryMCPOAuthRepository(cipher)
     module_name = _SQL_REPOSITORIES.get(parts.scheme)

@@ -508,8 +508,8 @@ def get_local_file_mcp_oauth_integration_store(
     directory ``tether serve`` uses by default). Credentials are encrypted with
     ``TETHER_MCP_ENCRYPTION_KEYS``; without a key, storing them is refused.
     """
+    from tether.adapters.file.mcp_repository import LocalFileMCPOAuthRepository
     from tether.adapters.mcp.encryption import MCPOAuthCipher
-    from tether.adapters.mcp.local_file import LocalFileMCPOAuthRepository
 
     settings = settings or MCPOAuthSettings.from_env()
     if base_path is None:

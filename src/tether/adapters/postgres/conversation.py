@@ -14,7 +14,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from pydantic import ValidationError
 
-from tether.adapters.conversation._record import (
+from tether.adapters.conversation_record import (
     Append,
     Clock,
     ConversationRecord,
@@ -47,8 +47,9 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
     ``tether_conversations`` holds one row per ``(tenant, session_id)`` (owner,
     sharing, status, title, metadata, times) and ``tether_conversation_messages``
     one row per message, so an append writes only the new messages. The rules
-    are the file store's (``conversation._record``): owner-only writes,
-    owner-or-shared reads, no ghost rows, the first user message as title.
+    are every conversation store's (``tether.adapters.conversation_record``):
+    owner-only writes, owner-or-shared reads, no ghost rows, the first user
+    message as title.
 
     An append locks the conversation row (``SELECT ... FOR UPDATE``) for its
     transaction, so concurrent appends serialize and lose or duplicate nothing;

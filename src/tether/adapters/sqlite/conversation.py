@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tether.adapters.conversation._record import (
+from tether.adapters.conversation_record import (
     Append,
     Clock,
     ConversationRecord,
@@ -39,9 +39,10 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
     statement changes both) and, beside it, its listing summary with the owner
     and ``updated_at`` as columns, so listing is an indexed query that never
     parses a transcript. Ownership, appends and titles follow the rules the
-    other conversation stores share (``conversation._record``). Every write
-    reads, checks and writes inside one ``BEGIN IMMEDIATE`` transaction on the
-    durable lane, so it is atomic across processes and fsynced when it returns.
+    other conversation stores share (``tether.adapters.conversation_record``).
+    Every write reads, checks and writes inside one ``BEGIN IMMEDIATE``
+    transaction on the durable lane, so it is atomic across processes and
+    fsynced when it returns.
     ``clock`` stamps ``created_at``/``updated_at``; it is read inside the write
     transaction (from the database's thread), so stamps follow commit order.
 

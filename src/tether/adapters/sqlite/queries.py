@@ -401,3 +401,86 @@ CONVERSATION_LIST_AFTER = """
     ORDER BY updated_us DESC, session_id ASC
     LIMIT :limit
 """
+
+# MCP OAuth (``mcp_repository``) -------------------------------------------------------
+
+# Tables of their own, outside the schema version: the repository creates them
+# at open with this idempotent DDL, in one ``BEGIN IMMEDIATE`` transaction.
+MCP_CREATE_TABLES = (
+    """
+    CREATE TABLE IF NOT EXISTS mcp_oauth_integrations (
+        tenant BLOB NOT NULL,
+        user_uuid BLOB NOT NULL,
+        server_name BLOB NOT NULL,
+        pending_state BLOB,
+        revision TEXT,
+        document TEXT NOT NULL,
+        PRIMARY KEY (tenant, user_uuid, server_name)
+    ) STRICT
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS mcp_oauth_integrations_by_state
+    ON mcp_oauth_integrations (pending_state) WHERE pending_state IS NOT NULL
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS mcp_oauth_clients (
+        tenant BLOB NOT NULL,
+        server_name BLOB NOT NULL,
+        document TEXT NOT NULL,
+        PRIMARY KEY (tenant, server_name)
+    ) STRICT
+    """,
+)
+_MCP_KEY = "tenant = :tenant AND user_uuid = :user AND server_name = :server"
+MCP_LIST_INTEGRATIONS = """
+    SELECT document FROM mcp_oauth_integrations
+    WHERE tenant = :tenant AND user_uuid = :user ORDER BY server_name
+"""
+MCP_GET_INTEGRATION = f"SELECT document FROM mcp_oauth_integrations WHERE {_MCP_KEY}"
+MCP_FIND_BY_STATE = """
+    SELECT document FROM mcp_oauth_integrations WHERE pending_state = :state LIMIT 1
+"""
+MCP_UPSERT_INTEGRATION = """
+    INSERT INTO mcp_oauth_integrations
+        (tenant, user_uuid, server_name, pending_state, revision, document)
+    VALUES (:tenant, :user, :server, :state, :revision, :document)
+    ON CONFLICT (tenant, user_uuid, server_name) DO UPDATE SET
+        pending_state = excluded.pending_state,
+        revision = excluded.revision,
+        document = excluded.document
+"""
+MCP_INSERT_INTEGRATION_IF_ABSENT = """
+    INSERT INTO mcp_oauth_integrations
+        (tenant, user_uuid, server_name, pending_state, revision, document)
+    VALUES (:tenant, :user, :server, :state, :revision, :document)
+    ON CONFLICT (tenant, user_uuid, server_name) DO NOTHING
+"""
+MCP_UPDATE_INTEGRATION_IF_REVISION = f"""
+    UPDATE mcp_oauth_integrations
+    SET pending_state = :state, revision = :revision, document = :document
+    WHERE {_MCP_KEY} AND revision IS :expected
+"""
+MCP_DELETE_INTEGRATION = f"DELETE FROM mcp_oauth_integrations WHERE {_MCP_KEY}"
+MCP_DELETE_INTEGRATION_IF_REVISION = f"{MCP_DELETE_INTEGRATION} AND revision IS :expected"
+MCP_EXISTS_INTEGRATION = f"SELECT 1 FROM mcp_oauth_integrations WHERE {_MCP_KEY}"
+MCP_LIST_CLIENTS = """
+    SELECT document FROM mcp_oauth_clients WHERE tenant = :tenant ORDER BY server_name
+"""
+MCP_GET_CLIENT = """
+    SELECT document FROM mcp_oauth_clients WHERE tenant = :tenant AND server_name = :server
+"""
+MCP_UPSERT_CLIENT = """
+    INSERT INTO mcp_oauth_clients (tenant, server_name, document)
+    VALUES (:tenant, :server, :document)
+    ON CONFLICT (tenant, server_name) DO UPDATE SET document = excluded.document
+"""
+MCP_INSERT_CLIENT_IF_ABSENT = """
+    INSERT INTO mcp_oauth_clients (tenant, server_name, document)
+    VALUES (:tenant, :server, :document)
+    ON CONFLICT (tenant, server_name) DO NOTHING
+"""
+MCP_UPDATE_CLIENT_IF_REVISION = """
+    UPDATE mcp_oauth_clients SET document = :document
+    WHERE tenant = :tenant AND server_name = :server
+      AND json_extract(document, '$.revision') IS :expected
+"""
