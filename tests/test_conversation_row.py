@@ -551,3 +551,44 @@ async def test_an_interrupt_never_cancels_an_erase_in_progress(cluster: Scripted
     assert await erase
     assert await stores.conversation.get_conversation("t", "u", "s1") is None
     assert await stores.conversation.get_transcript("t", "u", "s1") == []
+
+
+async def test_readers_hear_cancelled_once_the_kept_answer_is_in_the_transcript(
+    cluster: ScriptedCluster,
+) -> None:
+    """A chat page re-reads the transcript when its stream says ``cancelled``.
+    Before, the producer's readers heard it as soon as the canceller took the
+    row, before it had kept the partial answer: the page then found no answer
+    and showed an empty bubble (``tests/test_chat_page.py`` failed so, under
+    load). Now they hear it once the cancel's verdict is written: here the
+    cancel is the producing replica's own; a producer fenced by another
+    replica's cancel waits for the verdict too (``producer_watch``)."""
+    a = cluster.replica()
+    turn = await cluster.start(a, "s1", "One?")
+    await _half_said(cluster, a, turn)
+    store = cluster.stores.supervision
+    assert store is not None
+    order: list[str] = []
+    swap = store.compare_and_swap
+
+    async def logged(*args: object, **kwargs: object) -> bool:
+        written = await swap(*args, **kwargs)  # type: ignore[arg-type]
+        row = args[4] if len(args) > 4 else kwargs.get("supervision")
+        if written and getattr(row, "status", None) is ChatStreamStatus.CANCELLED:
+            order.append("verdict")
+        return written
+
+    store.compare_and_swap = logged  # type: ignore[method-assign]
+    events, _ = await a.attach("t", "u", "s1", turn.message_id, 0)
+
+    async def read() -> None:
+        async for item in events:
+            if isinstance(item, StreamEnd):
+                order.append(f"told {item.reason}")
+
+    reader = asyncio.create_task(read())
+    await a.cancel("t", "u", "s1", turn.message_id)
+    async with asyncio.timeout(10):
+        await reader
+    assert order == ["verdict", "told cancelled"]
+    assert _shape(await cluster.transcript("s1")) == [("user", "One?"), ("bot", "Half")]

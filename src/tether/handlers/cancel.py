@@ -211,8 +211,6 @@ async def _cancel_running(
         )
     except ClaimRefusedError:
         return False
-    if local is not None and local.key == key:
-        local.cancelled()
     if await handler.queue.has_copy(key, message_id):
         # Claimed by a start that had not yet taken its queued copy out (it
         # may have recorded its question, and been fenced before the copy
@@ -231,6 +229,10 @@ async def _cancel_running(
         await lease.finish(verdict)
     except FencedError:
         return False
+    if local is not None and local.key == key:
+        # Told once the verdict is written: its readers here then find the
+        # partial answer kept in the transcript.
+        local.cancelled()
     handler.endings.forget_later(key, message_id, lease.row_epoch)
     if verdict is not ChatStreamStatus.CANCELLED:
         raise TurnEndedError(f"turn {message_id} already ended ({verdict.value})")

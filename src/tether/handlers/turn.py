@@ -23,6 +23,7 @@ successor that takes the turn over resumes from at least that text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -145,6 +146,7 @@ class Turn:
         self._settled.set()
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
+        self._cancel_written = asyncio.Event()
         self._dead_after = timedelta(seconds=settings.dead_after)
         self.task: asyncio.Task[None] | None = None
         self._created: CreatedAgent | None = None
@@ -334,11 +336,13 @@ class Turn:
             logger.warning("turn %s: no final flush before the cancel", self.message_id)
 
     def cancelled(self) -> None:
-        """The cancel was accepted (the row is CANCELLED at the next epoch)."""
+        """The cancel is over: its verdict is written (the row CANCELLED at the
+        epoch after the canceller's), with the partial answer it kept."""
         if self.lease is not None:
             self.lease.lost = True
         self.lifecycle.end(TurnState.CANCELLED)
         self.stop(StreamEnd(EndReason.CANCELLED))
+        self._cancel_written.set()
 
     # ------------------------------------------------------------- producing
 
@@ -386,6 +390,14 @@ class Turn:
                 raise FencedError(self.message_id) from None
             if self.lifecycle.state is TurnState.HANDING_OFF:
                 await self._leave_for_resume()
+            if self.lifecycle.state is TurnState.CANCELLING:
+                # The canceller keeps what readers saw, then writes its verdict:
+                # readers here hear ``cancelled`` once it has, so one who reads
+                # the transcript then finds the answer kept (bounded: a
+                # canceller that died leaves it to the takeover scan).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._settings.heartbeat_interval):
+                        await self._cancel_written.wait()
             return self._stop_reason
         finally:
             for worker in workers:

@@ -73,8 +73,10 @@ async def row_past(
     key: ConversationKey,
     *,
     wait: float,
+    past: int | None = None,
 ) -> ChatStreamSupervision | None:
-    """The conversation's row once it names whoever fenced ``lease``. A new
+    """The conversation's row once its epoch is past ``past`` (default: the
+    lease's), that is once it names whoever fenced ``lease``. A new
     owner (a cancel, a takeover) raises the stores' fences before it writes
     the row, so a write refused in between (a recording put, made for every
     message) finds the row still the lease's: wait for it to move, at most
@@ -85,13 +87,14 @@ async def row_past(
         if recording is not None
         else ChangeSubscription()
     )
+    threshold = lease.row_epoch if past is None else past
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     async with changes:  # before the read: a move after it is heard
         while True:
             row = await lease.store.read(key.tenant, key.requester_uuid, key.session_id)
             left = deadline - loop.time()
-            if row is None or row.epoch > lease.row_epoch or left <= 0:
+            if row is None or row.epoch > threshold or left <= 0:
                 return row
             await changes.wait(min(left, _ROW_POLL))
 
@@ -104,12 +107,18 @@ async def ending_after_fence(
     wait: float,
 ) -> EndReason:
     """How a turn whose lease another writer took ended, as its local readers
-    hear it: a cancel says ``cancelled`` (finished, or still keeping the
-    partial), and so does a newer turn in the row (an interrupt or a rollback
+    hear it: a cancel says ``cancelled`` (once its verdict is written, or
+    after ``wait`` while it still keeps the partial), and so does a newer
+    turn in the row (an interrupt or a rollback
     cancelled this one before it claimed; nothing carries this turn on); a
     takeover says ``gone``: ask the status, the turn lives elsewhere."""
     with contextlib.suppress(Exception):
         row = await row_past(lease, recording, key, wait=wait)
+        if row is not None and rows.is_cancelling(row):
+            # The cancel keeps the partial answer, then writes its verdict:
+            # wait for the verdict, so a reader told ``cancelled`` finds the
+            # answer kept in the transcript (a chat page re-reads it then).
+            row = await row_past(lease, recording, key, wait=wait, past=row.epoch) or row
         if row is not None and (
             row.message_id != lease.message_id
             or row.status is ChatStreamStatus.CANCELLED

@@ -397,14 +397,20 @@ function hooks(open, me) {
       }[reason];
       const messageId = page.bubble?.dataset.messageId;
       if (reason === "cancelled" && messageId) {
-        // Show what was kept, not what this tab had read: a tab reading the
-        // producer live may have seen a little past the last recorded flush.
+        // Show what was kept, as the transcript holds it (the server tells
+        // "cancelled" once the cancel has written it).
+        const shown = page.bubble;
         page.bubble = null;
         await loadTranscript().catch(() => {});
         if (!current()) return;
         page.bubble = $("transcript").querySelector(
           `li[data-message-id="${CSS.escape(messageId)}"]`,
         );
+        if (!page.bubble && shown) {
+          // Not there (yet): what this tab showed stays rather than vanish.
+          $("transcript").append(shown);
+          page.bubble = shown;
+        }
       }
       if (page.bubble) {
         if (reason === "done" && page.latest?.message_id === messageId) fill(page.bubble, page.latest);
