@@ -537,3 +537,37 @@ async def test_a_turn_a_replica_failed_to_take_is_left_to_the_others_for_a_growi
     assert await tries_at(101.0) == 1  # refused again: for 0.5 * 4 s
     assert await tries_at(102.9) == 0
     assert await tries_at(103.0) == 1
+
+
+async def test_a_scan_that_read_the_count_before_another_taker_died_does_not_run_it_again(
+    cluster: ScriptedCluster,
+) -> None:
+    """The scan checks the takeover count, then claims. Before, a scan that read
+    the count, then waited (a loaded replica) while another replica took the
+    turn over, counted one more and died, claimed after all and ran the turn
+    once past the limit (tests/test_takeover_processes.py saw every replica
+    die, once, under load). Now the count is read again once the claim has
+    fenced the checkpoint, and the turn is ended at the limit instead."""
+    a = cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    first = cluster.replica()
+    assert await first.takeovers.scan() == 1  # takeover 1 of the limit of 2
+    await _started(cluster, turn.message_id, 1)
+    await _dies(cluster, first)
+
+    late, other = cluster.replica(), cluster.replica()
+    assert cluster.stores.supervision is not None
+    resuming = hold(cluster.stores.supervision, "read")  # the late scan's claim, past its count
+    scan = asyncio.create_task(late.takeovers.scan())
+    await resuming.reached()
+    assert await other.takeovers.scan() == 1  # takeover 2: the limit
+    await _started(cluster, turn.message_id, 2)
+    await _dies(cluster, other)
+    resuming.release()
+    assert await scan == 0
+    assert late.local_turn(turn.message_id) is None  # not run a third time
+    assert await cluster.replica().takeovers.scan() == 1  # (the late one backs off)
+    assert await _row_status(cluster, "s1") is ChatStreamStatus.ERRORED
+    assert await _transcript_error(cluster) == "TAKEOVER_LIMIT"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 
+from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_conversation_store import ChatConversationStore, normalize_owner
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import MultitaskStrategy
@@ -64,6 +65,8 @@ class ConversationClaims:
         takeover = context.message_id if context.resuming else None
         if takeover is not None:
             await self._check_resumable(key, takeover)
+        if takeover is not None and automatic and before_grant is None:
+            before_grant = functools.partial(self._under_the_takeover_limit, key, takeover)
         try:
             return await self.grant_epoch(
                 key,
@@ -191,6 +194,21 @@ class ConversationClaims:
             gone=self._replica.presence.gone,
             before_grant=before_grant,
         )
+
+    async def _under_the_takeover_limit(self, key: ConversationKey, message_id: str) -> None:
+        """Refuse an automatic takeover of a turn already taken over
+        ``TETHER_TAKEOVER_LIMIT`` times, as the checkpoint says once the claim
+        has fenced it: the scan read the count before it claimed, and a taker
+        of another replica may have counted one more and died meanwhile. The
+        next scan then ends the turn (``TAKEOVER_LIMIT``)."""
+        store = self._replica.stores.agent_state
+        if store is None:
+            return
+        state = await store.load(key.tenant, key.requester_uuid, key.session_id)
+        marker = state.get(TURN_STATE_KEY, {})
+        limit = self._replica.settings.takeover_limit
+        if marker.get("message_id") == message_id and int(marker.get("takeovers", 0)) >= limit:
+            raise TurnEndedError(f"turn {message_id} was taken over {limit} times already")
 
     async def _check_resumable(self, key: ConversationKey, message_id: str) -> None:
         """Resume takes over only a dead turn: live is 409, finished or replaced is 410."""
