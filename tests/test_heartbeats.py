@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -104,27 +103,23 @@ async def test_an_outage_keeps_leases_until_they_could_be_dead() -> None:
 
 @pytest.fixture(
     params=[
-        "sqlite",
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("redis", marks=pytest.mark.redis),
     ]
 )
-def off_loop_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'tether.db'}"
+def networked_store_url(request: pytest.FixtureRequest) -> str:
     url: str = request.getfixturevalue(f"{request.param}_url")
     return url
 
 
 async def test_leases_are_renewed_while_the_serving_loop_is_blocked(
-    off_loop_store_url: str,
+    networked_store_url: str,
 ) -> None:
-    """On SQLite, PostgreSQL and Redis the batches run on a thread of their
-    own, with their own connections: a serving loop that cannot run anything
-    for longer than the dead threshold (here it is blocked outright) does not
-    let a live lease read dead. (On SQLite it failed before the store gave a
-    copy of itself for another loop: the batches ran on the serving loop.)"""
-    bundle = from_url(off_loop_store_url)
+    """On PostgreSQL and Redis the batches run on a thread of their own, with
+    their own connection: a serving loop that cannot run anything for longer
+    than the dead threshold (here it is blocked outright) does not let a live
+    lease read dead."""
+    bundle = from_url(networked_store_url)
     store = bundle.chat_stream_supervision_store
     assert store is not None and hasattr(store, "open") and hasattr(store, "aclose")
     await store.open()

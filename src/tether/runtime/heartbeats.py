@@ -6,16 +6,16 @@ writes a second. The batcher renews every lease this replica holds in one
 refused one fences only its own turn.
 
 Where the supervision store can give a copy of itself for another event loop
-(``ChatStreamSupervisionStore.for_another_loop``: SQLite, PostgreSQL, Redis),
-the batches run on a thread of their own, with that copy's own connections.
-The serving loop may be flooded (a thousand turns starting at once, another
-process taking a core): callbacks then wait seconds for their turn there,
-and a renewal queued behind them would let live leases age past the dead
-threshold. The thread needs only the interpreter's lock, which it gets every
-few milliseconds whatever the loop does. A lease the store refuses is
-reported back on the serving loop. Elsewhere (memory, which lives in this
-loop; the file store, whose writes already run off the loop) the batches run
-on the serving loop.
+(``ChatStreamSupervisionStore.for_another_loop``: PostgreSQL, Redis), the batches run
+on a thread of their own, with that copy's own connection. The serving loop
+may be flooded (a thousand turns starting at once, another process taking a
+core): callbacks then wait seconds for their turn there, and a renewal queued
+behind them would let live leases age past the dead threshold. The thread
+needs only the interpreter's lock, which it gets every few milliseconds
+whatever the loop does. A lease the store refuses is reported back on the
+serving loop. Elsewhere (memory, which lives in this loop; SQLite and the
+file store, whose writes already run off the loop) the batches run on the
+serving loop.
 """
 
 from __future__ import annotations

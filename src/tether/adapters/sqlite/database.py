@@ -119,17 +119,6 @@ class SQLiteDatabase:
         parsed = parse_url(url)
         return cls(parsed.path, busy_timeout=parsed.busy_timeout, name=url)
 
-    def with_connections_of_its_own(self) -> SQLiteDatabase:
-        """The same database file under another ``SQLiteDatabase``, not yet
-        opened: connections and lanes of its own, for another thread's event
-        loop (``SQLiteChatStreamSupervisionStore.for_another_loop``)."""
-        return SQLiteDatabase(
-            self._path,
-            busy_timeout=self._busy_timeout,
-            name=self._name,
-            tombstone_key=self._tombstones,
-        )
-
     @property
     def path(self) -> Path:
         """The absolute path of the database file."""

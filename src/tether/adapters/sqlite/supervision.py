@@ -60,13 +60,6 @@ class SQLiteChatStreamSupervisionStore(SQLiteStore, ChatStreamSupervisionStore):
         super().__init__(database)
         self._channel = wake_channel(database)
 
-    def for_another_loop(self) -> SQLiteChatStreamSupervisionStore:
-        """This store over the same file with connections of its own (see the
-        base class): a replica's lease renewals then neither wait for the
-        serving loop nor queue behind its recording puts on the stream lane;
-        they meet those only at SQLite's write lock, one transaction at a time."""
-        return type(self)(self._database.with_connections_of_its_own())
-
     def presence_lock(self) -> PresenceLock:
         """An ``flock`` per replica beside the database file, which every
         replica sharing it reaches on the same host (``tether.runtime.presence``)."""
