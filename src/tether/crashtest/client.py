@@ -68,7 +68,15 @@ class TetherAPI:
 
     @staticmethod
     def client() -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(timeout=TIMEOUT, headers={"requester-uuid": REQUESTER})
+        # No cap on connections: every reader holds one open for its whole
+        # stream, and httpx's default cap (100) would queue a follower behind
+        # the direct readers of a run with 100 turns at once, so it attached
+        # only once they were almost done and measured nothing.
+        return httpx2.AsyncClient(
+            timeout=TIMEOUT,
+            headers={"requester-uuid": REQUESTER},
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=20),
+        )
 
     def _target(self, base_url: str, replica: str | None = None) -> tuple[str, dict[str, str]]:
         """Where to send a request meant for the replica at ``base_url``, and the
