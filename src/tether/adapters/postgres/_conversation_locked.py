@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
@@ -36,12 +37,8 @@ async def append(
         if updated is None:
             return
         params = write_params(key, updated, row, change.messages)
-        if row is None:
-            await cursor.execute(queries.CREATE_CONVERSATION, params)
-            if await cursor.fetchone() is None:
-                continue
-        else:
-            await cursor.execute(queries.UPDATE_CONVERSATION, params)
+        if not await _write_row(cursor, row, params):
+            continue  # a concurrent creator won the insert
         first_position = 0 if row is None else row["message_count"]
         await cursor.execute(
             queries.APPEND_MESSAGES,
@@ -89,12 +86,8 @@ async def append_fenced(
         if updated is None:
             return accepted
         params = write_params(key, updated, row, missing)
-        if row is None:
-            await cursor.execute(queries.CREATE_CONVERSATION, params)
-            if await cursor.fetchone() is None:
-                continue
-        else:
-            await cursor.execute(queries.UPDATE_CONVERSATION, params)
+        if not await _write_row(cursor, row, params):
+            continue  # a concurrent creator won the insert
         if positions:
             await cursor.execute(
                 queries.APPEND_MESSAGES,
@@ -142,6 +135,18 @@ async def remove_fenced(
             "updated_at": updated.updated_at,
         },
     )
+    return True
+
+
+async def _write_row(
+    cursor: AsyncCursor[DictRow], row: DictRow | None, params: dict[str, Any]
+) -> bool:
+    """Create the conversation's row (``row`` None: none was read) or update it;
+    False when a concurrent creator's insert came first (then lock its row)."""
+    if row is None:
+        await cursor.execute(queries.CREATE_CONVERSATION, params)
+        return await cursor.fetchone() is not None
+    await cursor.execute(queries.UPDATE_CONVERSATION, params)
     return True
 
 
