@@ -25,6 +25,7 @@ from tether.adapters.file import (
     _files,
 )
 from tether.adapters.file import supervision as file_supervision
+from tether.adapters.file import supervision_rows as file_supervision_rows
 from tether.adapters.memory import InMemoryChatStreamRecordingStore
 from tether.domain.chat_agent_state_store import construct_agent_state_key
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -305,7 +306,7 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
     stores = _FileStores(tmp_path)
     hops: list[str] = []
     threads: set[str] = set()
-    real_to_thread, real_swap = asyncio.to_thread, file_supervision._compare_and_swap
+    real_to_thread, real_swap = asyncio.to_thread, file_supervision_rows.compare_and_swap
 
     async def counting(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         hops.append(getattr(func, "__name__", repr(func)))
@@ -316,7 +317,7 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
         return real_swap(*args)
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
-    monkeypatch.setattr(file_supervision, "_compare_and_swap", noting_thread)
+    monkeypatch.setattr(file_supervision_rows, "compare_and_swap", noting_thread)
     swaps = [SupervisionSwap("t", "u", f"s{i}", None, _ROW) for i in range(50)]
     assert await stores.supervision.compare_and_swap_many(swaps) == [True] * 50
     assert hops == []
