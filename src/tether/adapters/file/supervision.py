@@ -14,15 +14,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tether.adapters.file._files import (
+from tether.adapters.file._files import parse_json, run_in_executor, run_in_thread
+from tether.adapters.file._paths import (
     RowFiles,
     child_path,
     decode_component,
     encode_component,
-    parse_json,
     row_files,
-    run_in_executor,
-    run_in_thread,
     store_root,
 )
 from tether.adapters.file.kept_numbers import KeptNumbers

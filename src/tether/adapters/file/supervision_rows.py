@@ -19,13 +19,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether.adapters.file._files import (
-    RowFiles,
     locked_row,
     read_json,
     remove_empty_directories,
     remove_file,
     write_json,
 )
+from tether.adapters.file._paths import RowFiles
 from tether.adapters.file.kept_numbers import KeptNumber
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervision
 from tether.domain.store_errors import StoreCorruptedError
