@@ -34,7 +34,7 @@ from tests.support.backends import (
 from tests.support.inprocess import build, client_of, handler_of
 from tests.support.scripted import Scripts, question
 from tether.adapters.file import LocalFileChatConversationStore
-from tether.adapters.file._files import encode_component
+from tether.adapters.file._paths import encode_component
 from tether.adapters.memory import InMemoryChatConversationStore
 from tether.cli.db import db_app
 from tether.domain.chat_conversation_store import ChatConversationStore

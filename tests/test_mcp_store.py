@@ -35,8 +35,8 @@ from tether.adapters.mcp import (
     generate_encryption_key,
     get_local_file_mcp_oauth_integration_store,
 )
+from tether.adapters.mcp.client_registration import Register
 from tether.adapters.mcp.records import REGISTRATIONS_FIELD
-from tether.adapters.mcp.store import Register
 from tether.domain.store_errors import StoreUnavailableError
 from tether.testing.contracts import ManualClock
 from tether.testing.contracts.mcp_oauth import pending, tokens

@@ -90,10 +90,11 @@ MOVED = [
         ["LocalFileMCPOAuthRepository"],
         "tether.adapters.file.mcp_repository",
     ),
+    ("tether.adapters._files", ["write_json"], "tether.adapters.file._files"),
     (
         "tether.adapters._files",
-        ["RowFiles", "encode_component", "row_files", "write_json"],
-        "tether.adapters.file._files",
+        ["RowFiles", "encode_component", "row_files"],
+        "tether.adapters.file._paths",
     ),
     (
         "tether.adapters.kept_numbers",

@@ -39,7 +39,8 @@ from tether.adapters.postgres import (
     PostgresChatStreamSupervisionStore,
     PostgresDatabase,
     migrations,
-    queries,
+    queries_conversation,
+    queries_supervision,
     stores_from_url,
 )
 from tether.adapters.postgres._conninfo import with_libpq_defaults
@@ -245,7 +246,9 @@ async def test_a_session_stopped_inside_a_transaction_lets_go_of_its_row_after_t
         # transaction, holding the row, and then doing nothing.
         async with await store.database.connect_directly() as stopped:
             await stopped.execute("BEGIN")
-            await stopped.execute(queries.LOCK_CONVERSATION, {"key": row_key("t", "s")})
+            await stopped.execute(
+                queries_conversation.LOCK_CONVERSATION, {"key": row_key("t", "s")}
+            )
             failures = 0
             async with asyncio.timeout(10):
                 while True:
@@ -514,7 +517,8 @@ async def test_an_existing_database_is_upgraded_to_list_dead_turns_by_their_inde
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as admin:
         await admin.execute("SET enable_seqscan = off")  # a tiny table: ask for the index
         cursor = await admin.execute(
-            "EXPLAIN " + queries.LIST_STALE_SUPERVISION, {"heartbeat_before": _T0, "limit": 10}
+            "EXPLAIN " + queries_supervision.LIST_STALE_SUPERVISION,
+            {"heartbeat_before": _T0, "limit": 10},
         )
         plan = "\n".join(row[0] for row in await cursor.fetchall())
     assert "tether_stream_supervision_running_by_heartbeat" in plan, plan

@@ -23,6 +23,7 @@ from tether.adapters.sqlite import (
     SQLiteChatStreamSupervisionStore,
     SQLiteDatabase,
     queries,
+    schema,
     stores_from_url,
 )
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -99,12 +100,12 @@ async def test_the_file_is_in_wal_mode_at_the_current_schema_version(
 ) -> None:
     with _raw(db_path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (len(queries.MIGRATIONS),)
+        assert raw.execute("PRAGMA user_version").fetchone() == (len(schema.MIGRATIONS),)
         tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_schema")}
     assert {"agent_state", "stream_supervision", "stream_recording", "conversation"} <= tables
     diagnostics = await database.diagnostics()
     assert diagnostics.journal_mode == "wal"
-    assert diagnostics.schema_version == queries.SCHEMA_VERSION == len(queries.MIGRATIONS)
+    assert diagnostics.schema_version == schema.SCHEMA_VERSION == len(schema.MIGRATIONS)
 
 
 async def test_reopening_keeps_the_data_and_applies_no_migration_twice(db_path: Path) -> None:
@@ -118,7 +119,7 @@ async def test_a_schema_newer_than_this_tether_is_refused(db_path: Path) -> None
     async with SQLiteDatabase(db_path):
         pass
     with _raw(db_path) as raw:
-        raw.execute(queries.set_user_version(queries.SCHEMA_VERSION + 1))
+        raw.execute(schema.set_user_version(schema.SCHEMA_VERSION + 1))
     with pytest.raises(StoreError, match="newer than this tether"):
         await SQLiteDatabase(db_path).open()
     assert _sqlite_threads() == []
@@ -136,10 +137,10 @@ async def test_an_upgraded_file_lists_its_dead_turns_by_the_heartbeat_index(
         datetime(1969, 12, 31, 23, 59, 59, 5, tzinfo=UTC),
     ]
     with _raw(db_path) as raw:
-        for migration in queries.MIGRATIONS[:3]:
+        for migration in schema.MIGRATIONS[:3]:
             for statement in migration:
                 raw.execute(statement)
-        raw.execute(queries.set_user_version(3))
+        raw.execute(schema.set_user_version(3))
         for number, moment in enumerate(moments):
             raw.execute(
                 "INSERT INTO stream_supervision VALUES (?, ?, ?, 1, ?, 'running', ?)",
@@ -153,7 +154,7 @@ async def test_an_upgraded_file_lists_its_dead_turns_by_the_heartbeat_index(
         assert {(t.tenant, t.requester_uuid) for t in listed} == {("t", None)}
         assert len(await store.list_stale_running(moments[2], limit=2)) == 2
     with _raw(db_path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (queries.SCHEMA_VERSION,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (schema.SCHEMA_VERSION,)
         values = {"running": "running", "before_us": 0, "limit": 10}
         plan = str(
             raw.execute(f"EXPLAIN QUERY PLAN {queries.SUPERVISION_LIST_STALE}", values).fetchall()
@@ -194,10 +195,10 @@ async def test_a_file_of_schema_version_4_gains_the_producer_column_on_open(
 ) -> None:
     # A file written before rows named their producer, with a turn running in it.
     with _raw(db_path) as raw:
-        for migration in queries.MIGRATIONS[:4]:
+        for migration in schema.MIGRATIONS[:4]:
             for statement in migration:
                 raw.execute(statement)
-        raw.execute(queries.set_user_version(4))
+        raw.execute(schema.set_user_version(4))
         raw.execute(
             "INSERT INTO stream_supervision"
             " (tenant, requester_uuid, session_id, epoch, message_id, status, heartbeat_at)"
@@ -213,7 +214,7 @@ async def test_a_file_of_schema_version_4_gains_the_producer_column_on_open(
         assert await store.compare_and_swap("t", "u", "old", 1, named)
         assert await store.read("t", "u", "old") == named
     with _raw(db_path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (queries.SCHEMA_VERSION,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (schema.SCHEMA_VERSION,)
         columns = {row[1]: row for row in raw.execute("PRAGMA table_info(stream_supervision)")}
     assert columns["producer"][2:4] == ("TEXT", 0)  # its type, and nullable
 
@@ -606,10 +607,10 @@ async def test_a_file_of_schema_version_5_keeps_its_epochs_and_fences_under_tomb
     """Before version 6 the numbers kept for ever per conversation named it;
     the upgrade re-keys them by its tombstone and keeps every one."""
     with _raw(db_path) as raw:
-        for migration in queries.MIGRATIONS[:5]:
+        for migration in schema.MIGRATIONS[:5]:
             for statement in migration:
                 raw.execute(statement)
-        raw.execute(queries.set_user_version(5))
+        raw.execute(schema.set_user_version(5))
         ids = (b"t", b"u", b"erased")
         raw.execute("INSERT INTO stream_epoch VALUES (?, ?, ?, 7)", ids)
         raw.execute("INSERT INTO stream_fence VALUES (?, ?, ?, 6)", ids)

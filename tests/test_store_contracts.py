@@ -23,8 +23,10 @@ from tether.adapters.file import (
     LocalFileChatStreamRecordingStore,
     LocalFileChatStreamSupervisionStore,
     _files,
+    _paths,
 )
 from tether.adapters.file import supervision as file_supervision
+from tether.adapters.file import supervision_rows as file_supervision_rows
 from tether.adapters.memory import InMemoryChatStreamRecordingStore
 from tether.domain.chat_agent_state_store import construct_agent_state_key
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -132,7 +134,7 @@ async def test_hostile_ids_stay_inside_the_base_directory(tmp_path: Path) -> Non
 
 
 def test_the_state_layout_follows_construct_agent_state_key(tmp_path: Path) -> None:
-    files = _files.row_files(tmp_path, "agent-state", "acme", "user-1", "session-1")
+    files = _paths.row_files(tmp_path, "agent-state", "acme", "user-1", "session-1")
     key = construct_agent_state_key("acme", "user-1", "session-1")
     assert files.data == tmp_path / f"{key}.json"
     assert files.lock == tmp_path / f"{key}.lock"
@@ -140,7 +142,7 @@ def test_the_state_layout_follows_construct_agent_state_key(tmp_path: Path) -> N
 
 def test_encoded_names_are_safe_and_collision_free() -> None:
     ids = [*TRICKY_IDS, "\udc80", "A", "a", "%41", "%61", "x" * 150, "x" * 151, "é", "%C3%A9"]
-    names = [_files.encode_component(value) for value in ids]
+    names = [_paths.encode_component(value) for value in ids]
     for name in names:
         assert name not in ("", ".", "..")
         assert set(name) <= set("abcdefghijklmnopqrstuvwxyzABCDEF0123456789_-%")
@@ -153,7 +155,7 @@ def test_encoded_names_are_safe_and_collision_free() -> None:
 @pytest.mark.parametrize("names", [("..",), ("a", "..", ".."), ("a/../../x",), ("",), (".",)])
 def test_child_path_refuses_paths_outside_the_base(tmp_path: Path, names: tuple[str, ...]) -> None:
     with pytest.raises(StoreError):
-        _files.child_path(tmp_path, *names)
+        _paths.child_path(tmp_path, *names)
 
 
 _Operation = Callable[[_FileStores], Awaitable[Any]]
@@ -230,7 +232,7 @@ def _refuse_replace(source: str | os.PathLike[str], target: str | os.PathLike[st
 async def test_writes_replace_the_document_and_lock_a_separate_file(tmp_path: Path) -> None:
     store = LocalFileChatStreamSupervisionStore(tmp_path)
     await store.compare_and_swap("t", "u", "s", None, _ROW)
-    files = _files.row_files(tmp_path, "stream-supervision", "t", "u", "s")
+    files = _paths.row_files(tmp_path, "stream-supervision", "t", "u", "s")
     document_inode, lock_inode = files.data.stat().st_ino, files.lock.stat().st_ino
     heartbeat = _ROW.model_copy(update={"message_id": "m-1"})
     assert await store.compare_and_swap("t", "u", "s", 1, heartbeat)
@@ -305,7 +307,7 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
     stores = _FileStores(tmp_path)
     hops: list[str] = []
     threads: set[str] = set()
-    real_to_thread, real_swap = asyncio.to_thread, file_supervision._compare_and_swap
+    real_to_thread, real_swap = asyncio.to_thread, file_supervision_rows.compare_and_swap
 
     async def counting(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         hops.append(getattr(func, "__name__", repr(func)))
@@ -316,7 +318,7 @@ async def test_a_heartbeat_batch_is_one_call_on_the_stores_own_thread(
         return real_swap(*args)
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
-    monkeypatch.setattr(file_supervision, "_compare_and_swap", noting_thread)
+    monkeypatch.setattr(file_supervision_rows, "compare_and_swap", noting_thread)
     swaps = [SupervisionSwap("t", "u", f"s{i}", None, _ROW) for i in range(50)]
     assert await stores.supervision.compare_and_swap_many(swaps) == [True] * 50
     assert hops == []
@@ -345,7 +347,7 @@ async def test_closing_waits_for_a_heartbeat_batch_whose_caller_was_cancelled(
 async def test_listing_ignores_lock_and_temp_files(tmp_path: Path) -> None:
     stores = _FileStores(tmp_path)
     await stores.conversations.append_messages("t", "u", "s", "agent", [_USER])
-    tenant_dir = _files.row_files(tmp_path, "conversations", "t", "s").data.parent
+    tenant_dir = _paths.row_files(tmp_path, "conversations", "t", "s").data.parent
     (tenant_dir / ".s.json.abandoned.tmp").write_bytes(b'{"torn": ')
     page = await stores.conversations.list_conversations("t", "u")
     assert [item.session_id for item in page.items] == ["s"]
@@ -370,7 +372,7 @@ async def _erase(stores: _FileStores, tenant: str, user: str, session: str) -> N
 def _named_after(root: Path, *ids: str) -> list[str]:
     """Paths under ``root`` whose names or contents hold any of ``ids``, as
     written or as a path component (escaped, or hashed when long)."""
-    forms = {form for value in ids if value for form in (value, _files.encode_component(value))}
+    forms = {form for value in ids if value for form in (value, _paths.encode_component(value))}
     found = []
     for path in sorted(root.rglob("*")):
         name = str(path.relative_to(root))
@@ -448,8 +450,8 @@ async def test_numbers_an_earlier_release_kept_under_ids_count_and_move(tmp_path
     stores = _FileStores(tmp_path)
     ids = ("t-old", "u-old", "s-old")
     named = {
-        _files.row_files(tmp_path, "stream-supervision", *ids).data: {"last_epoch": 5},
-        _files.row_files(tmp_path, "stream-recording", *ids).data: {"fence": 4},
+        _paths.row_files(tmp_path, "stream-supervision", *ids).data: {"last_epoch": 5},
+        _paths.row_files(tmp_path, "stream-recording", *ids).data: {"fence": 4},
         tmp_path / "agent-state" / "t-old" / "u-old" / "s-old.fence.json": {"fence": 3},
     }
     for path, document in named.items():
@@ -490,7 +492,7 @@ async def test_a_directory_removed_under_a_writer_is_made_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stores = _FileStores(tmp_path)
-    directory = _files.row_files(tmp_path, "agent-state", "t", "u", "s").data.parent
+    directory = _paths.row_files(tmp_path, "agent-state", "t", "u", "s").data.parent
     directory.mkdir(parents=True)
     temp_file = _removing_the_directory_once(
         _files.tempfile.mkstemp, directory, lambda **kwargs: kwargs["dir"]
@@ -549,7 +551,7 @@ async def test_a_row_written_before_documents_kept_their_ids_is_listed_by_its_pa
     long_id = "y" * 500
     for tenant, session in [("a/b", "会話"), ("t", long_id)]:
         assert await store.compare_and_swap(tenant, None, session, None, _running(-10, session))
-        path = _files.row_files(tmp_path, "stream-supervision", tenant, "", session).data
+        path = _paths.row_files(tmp_path, "stream-supervision", tenant, "", session).data
         document = json.loads(path.read_bytes())
         for key in ("tenant", "requester_uuid", "session_id"):
             del document[key]
@@ -596,7 +598,7 @@ async def test_a_document_in_another_layout_is_parsed_and_a_corrupt_candidate_ra
 ) -> None:
     store = LocalFileChatStreamSupervisionStore(tmp_path)
     assert await store.compare_and_swap("t", "u", "s", None, _running(-10, "m-1"))
-    path = _files.row_files(tmp_path, "stream-supervision", "t", "u", "s").data
+    path = _paths.row_files(tmp_path, "stream-supervision", "t", "u", "s").data
     # Written with spaces (by hand, another tool): the byte look does not
     # match, so the document is parsed, never skipped.
     path.write_text(json.dumps(json.loads(path.read_bytes()), indent=1))

@@ -34,9 +34,9 @@ Edges handled where they arise:
   ``/proc/self/fd`` of a descriptor on it (Linux), else the channel polls.
 - The kernel queues few datagrams per socket (``net.unix.max_dgram_qlen``,
   often 10), so one call's announcements travel together, as lines of as few
-  datagrams as fit ``_DATAGRAM_BYTES``. A delta too large for any datagram
-  goes as a wake-up without its payload (a recording change): its follower
-  reads the snapshot.
+  datagrams as fit (``unix_datagram_wire``). A delta too large for any
+  datagram goes as a wake-up without its payload (a recording change): its
+  follower reads the snapshot.
 - Permissions: a socket that refuses this process (``EACCES``) is skipped.
 """
 
@@ -52,10 +52,11 @@ import os
 import secrets
 import socket
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final
 
+from tether.adapters import unix_datagram_wire as wire
 from tether.domain.chat_stream_recording_store import (
     EVERYTHING,
     ChangeSubscription,
@@ -74,17 +75,6 @@ DEAD_TURNS_KEY: Final = "dead-turns"
 _SUFFIX: Final = ".sock"
 _MAX_ADDRESS: Final = 107
 """``sun_path`` holds 108 bytes with the terminating NUL."""
-_DATAGRAM_BYTES: Final = 60_000
-"""The most one datagram carries: well under the default socket buffer (208 KiB),
-so a datagram is never refused for its size on a stock kernel."""
-
-_CODES: Final = {
-    StreamChange.RECORDING: "r",
-    StreamChange.SUPERVISION: "s",
-    StreamChange.WATCH: "w",
-    StreamChange.DELTA: "d",
-}
-_KINDS: Final = {code: frozenset({change}) for change, code in _CODES.items()}
 
 
 def conversation_key(tenant: str, requester_uuid: str | None, session_id: str) -> str:
@@ -96,44 +86,6 @@ def conversation_key(tenant: str, requester_uuid: str | None, session_id: str) -
 
 def _host_tag() -> str:
     return hashlib.blake2b(socket.gethostname().encode(), digest_size=3).hexdigest()
-
-
-def _line(key: str, change: StreamChange, payload: str = "") -> bytes:
-    """One announcement: ``{key}:{code}{payload}``; a delta's payload is JSON,
-    which holds no raw newline, so lines split a datagram."""
-    return f"{key}:{_CODES[change]}{payload}".encode()
-
-
-def _wake_up(line: bytes) -> bytes:
-    """The announcement without its payload: a delta becomes a recording change."""
-    key, _, rest = line.partition(b":")
-    return key + b":r" if rest[:1] == b"d" else line
-
-
-def _parse(line: str) -> tuple[str, frozenset[StreamChange], str]:
-    """The key, the kinds of change, and a delta's encoding (else ``""``); an
-    unknown kind (a replica of another release) announces both kinds of write."""
-    key, _, rest = line.partition(":")
-    kinds = _KINDS.get(rest[:1], EVERYTHING)
-    if kinds == _KINDS["d"]:
-        return key, kinds, rest[1:]
-    return key, kinds, ""
-
-
-def _datagrams(lines: Iterable[bytes]) -> Iterator[list[bytes]]:
-    """The lines, grouped into as few datagrams as fit ``_DATAGRAM_BYTES``."""
-    group: list[bytes] = []
-    size = 0
-    for line in lines:
-        if len(line) > _DATAGRAM_BYTES:
-            line = _wake_up(line)
-        if group and size + 1 + len(line) > _DATAGRAM_BYTES:
-            yield group
-            group, size = [], 0
-        group.append(line)
-        size += len(line) + 1
-    if group:
-        yield group
 
 
 def _close(receiver: socket.socket, path: Path) -> None:
@@ -237,11 +189,11 @@ class UnixDatagramChannel:
 
     def announce(self, changes: Iterable[tuple[str, StreamChange]]) -> None:
         """Send each ``(key, change)`` to every socket in the directory."""
-        self._send([_line(key, change) for key, change in changes])
+        self._send([wire.encode(key, change) for key, change in changes])
 
     def announce_deltas(self, deltas: Iterable[tuple[str, StreamDelta]]) -> None:
         """Send each ``(key, delta)`` with its encoding to every socket."""
-        self._send([_line(key, StreamChange.DELTA, delta.encode()) for key, delta in deltas])
+        self._send([wire.encode(key, StreamChange.DELTA, delta.encode()) for key, delta in deltas])
 
     async def aclose(self) -> None:
         """Close the socket and remove its file; subscriptions still open
@@ -290,14 +242,14 @@ class UnixDatagramChannel:
         receiver = self._socket
         while receiver is not None:
             try:
-                datagram = receiver.recv(_DATAGRAM_BYTES + 1)
+                datagram = receiver.recv(wire.DATAGRAM_BYTES + 1)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 logger.debug("receiving a wake-up failed", exc_info=True)
                 return
             for line in datagram.decode(errors="replace").split("\n"):
-                key, changes, delta = _parse(line)
+                key, changes, delta = wire.parse(line)
                 subscriptions = self._subscriptions.get(key)
                 if subscriptions:  # most lines are for turns nobody here reads
                     deliver(subscriptions, changes, delta)
@@ -320,7 +272,7 @@ class UnixDatagramChannel:
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
-        datagrams = list(_datagrams(lines))
+        datagrams = list(wire.datagrams(lines))
         for name in peers:
             try:
                 address = self._address(name)
@@ -346,7 +298,7 @@ class UnixDatagramChannel:
         except OSError as error:
             if error.errno == errno.EMSGSIZE:
                 with contextlib.suppress(OSError):
-                    self._sender.sendto(b"\n".join(map(_wake_up, group)), address)
+                    self._sender.sendto(b"\n".join(map(wire.wake_up, group)), address)
                 return True
             # Gone meanwhile (ENOENT), not ours to write (EACCES), ...: skip it.
             logger.debug("no wake-up to %s: %s", name, error)

@@ -12,12 +12,10 @@ resumable dependency every 5 s and whenever a dependency asks. Every write
 goes through the turn's ``FencedWriter``; the first one a store refuses fences
 the turn: the agent is stopped and nothing more is written anywhere.
 
-Shown implies kept: a recorded turn's readers, here (the live buffer) and on
-other replicas (the deltas), are handed a message only once the recording
-store accepted it. A message the agent yields waits as the turn's *produced*
-one until its put is acknowledged; a newer one replaces it meanwhile (readers
-then skip the older, as a slow reader does). So whatever a screen was shown, a
-successor that takes the turn over resumes from at least that text.
+Shown implies kept: a recorded turn's readers are handed a message only once
+the recording store accepted it, so whatever a screen was shown, a successor
+that takes the turn over resumes from at least that text
+(``handlers.turn_showing``).
 """
 
 from __future__ import annotations
@@ -32,20 +30,16 @@ from datetime import datetime, timedelta
 from tether.domain.agent_dependency import ResumableAgentDependency
 from tether.domain.agent_registries import AgentRegistriesFactory, CreatedAgent
 from tether.domain.agent_setup import AgentSetup
-from tether.domain.answer_text import with_agreeing_text
 from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_request import ChatRequest
-from tether.domain.chat_stream_recording_store import (
-    RecordedStreamEvent,
-    RecordingPut,
-)
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.domain.message_bus import ConversationUpdated, MessageBus
 from tether.domain.store_errors import StoreUnavailableError
 from tether.domain.turn_context import TurnContext
 from tether.handlers.turn_checkpoint import TurnCheckpoint
 from tether.handlers.turn_ends import kept_answer
+from tether.handlers.turn_showing import TurnShowing
 from tether.metrics import TetherMetrics
 from tether.observability.logs import TurnFields
 from tether.observability.traces import NO_TRACING, Tracing
@@ -53,7 +47,7 @@ from tether.observability.turns import TurnObservation
 from tether.runtime import producer_watch
 from tether.runtime.delta_publisher import DeltaPublisher
 from tether.runtime.fenced_writer import FencedWriter
-from tether.runtime.follower import has_push, is_regression, shows_the_same
+from tether.runtime.follower import has_push
 from tether.runtime.heartbeats import HeartbeatBatcher
 from tether.runtime.lease import ConversationKey, FencedError, Lease
 from tether.runtime.lifecycle import Lifecycle, TurnState
@@ -115,8 +109,6 @@ class Turn:
         self.lease = lease
         self.buffer = buffer
         self._heartbeats = heartbeats
-        self._flusher = flusher
-        self._deltas = deltas
         self._metrics = metrics if metrics is not None else TetherMetrics()
         self.lifecycle = Lifecycle()
         self.key = ConversationKey(context.tenant, context.requester_uuid, context.session_id or "")
@@ -132,18 +124,7 @@ class Turn:
             retry_interval=settings.heartbeat_interval,
             metrics=self._metrics,
         )
-        # A resumed turn starts its stream from what clients last saw, and holds
-        # back the regenerated text until it has passed that point.
-        self._recorded = recorded
-        self._holding_back = recorded
-        # A taken-over turn's first new content ends the outage its clients saw.
-        self._unmeasured_takeover = lease.takeover if lease is not None else None
-        # The newest message the agent yielded that readers were not handed
-        # yet: it waits for its recording put (``_written``).
-        self._produced: ChatMessage | None = None
         self._produced_count = 0
-        self._settled = asyncio.Event()
-        self._settled.set()
         self._drive_task: asyncio.Task[None] | None = None
         self._stop_reason: StreamEnd | None = None
         self._cancel_written = asyncio.Event()
@@ -174,6 +155,23 @@ class Turn:
             recorded=recorded,
         )
         """Its checkpoint: marked before the agent runs, restored on a resume."""
+        self.shown = TurnShowing(
+            key=self.key,
+            message_id=self.message_id,
+            stateful=context.stateful,
+            stores=stores,
+            buffer=buffer,
+            writer=self.writer,
+            flusher=flusher,
+            deltas=deltas,
+            observed=self.observed,
+            metrics=self._metrics,
+            clock=clock,
+            recorded=recorded,
+            takeover=lease.takeover if lease is not None else None,
+            stop=self.stop,
+        )
+        """Its messages on their way to its readers: recorded, then shown."""
 
     # ----------------------------------------------------------------- life
 
@@ -234,7 +232,7 @@ class Turn:
         finally:
             told = end or self._stop_reason or StreamEnd(EndReason.DEAD)
             self.observed.ended(told.reason, told.error_code)
-            self._settled.set()
+            self.shown.settle()
         self.buffer.close(end)
 
     async def _run(self) -> StreamEnd:
@@ -272,10 +270,7 @@ class Turn:
     def _leave_batches(self) -> None:
         if self.lease is not None and self._heartbeats is not None:
             self._heartbeats.discard(self.lease)
-        if self._flusher is not None:
-            self._flusher.discard(self)
-        if self._deltas is not None:
-            self._deltas.discard(self)
+        self.shown.leave()
 
     async def _close_dependencies(self) -> None:
         """Dependencies are built per turn; release what they hold (connections)."""
@@ -294,7 +289,7 @@ class Turn:
         """Stop producing now (a cancel, a fence, a drain); ``end`` is what readers hear."""
         if self._stop_reason is None:
             self._stop_reason = end
-        self._settled.set()  # nothing more is shown before the verdict
+        self.shown.settle()  # nothing more is shown before the verdict
         if self._drive_task is not None and not self._drive_task.done():
             self._drive_task.cancel()
 
@@ -330,7 +325,7 @@ class Turn:
         if self._drive_task is not None:
             await asyncio.wait([self._drive_task])
         try:
-            await self._flush()
+            await self.shown.flush()
         except Exception:
             # Fenced or unreachable: the canceller keeps what is recorded.
             logger.warning("turn %s: no final flush before the cancel", self.message_id)
@@ -363,17 +358,7 @@ class Turn:
         if self.lifecycle.state is TurnState.CLAIMED:
             self.lifecycle.move(TurnState.RUNNING)
         workers = self._start_workers()
-        if self._recorded is not None:
-            if self._records():
-                # Recorded again at our epoch before it is shown: the recording
-                # names this producer even when all it says again is held back
-                # (a fenced predecessor's late put can then never pass for ours).
-                assert self._flusher is not None
-                self._produced = self._recorded
-                self._settled.clear()
-                self._flusher.wake()
-            else:
-                self.buffer.publish(self._recorded)
+        self.shown.show_recorded()
         self._drive_task = asyncio.create_task(self._drive(created, conversation))
         if self._stop_reason is not None:
             self._drive_task.cancel()  # stopped before the agent started
@@ -430,25 +415,15 @@ class Turn:
             # Unrenewed past the dead threshold (a stall, a SIGSTOP, an outage):
             # another replica may own the turn now. Stop before showing anything.
             raise FencedError(self.message_id)
-        # Every reader sees one text: ``content`` wins over stale text parts
-        # (an agent that edited one and not the other), before anything compares,
-        # shows or records it.
-        message = with_agreeing_text(message)
-        if self._holding_back is not None:
-            # Not past what clients were shown (an older state, or the same one
-            # again): no new content. Only what passes it is shown, recorded at
-            # once below, and ends the takeover's measured outage.
-            if is_regression(self._holding_back, message) or shows_the_same(
-                self._holding_back, message
-            ):
-                return
-            self._holding_back = None
+        new = self.shown.new_content(message)
+        if new is None:
+            return  # held back: not past what a resumed turn's clients were shown
         if self._produced_count >= self._settings.max_turn_events:
             raise TurnLimitError(
                 "TURN_TOO_LONG",
                 f"the turn exceeded {self._settings.max_turn_events} streamed messages",
             )
-        stamped = message.model_copy(
+        stamped = new.model_copy(
             update={
                 "sender": ChatMessageSender.BOT,
                 "message_id": self.message_id,
@@ -456,41 +431,12 @@ class Turn:
             }
         )
         self._produced_count += 1
-        if self._records():
-            # Shown once recorded: the replica's next batch carries it.
-            assert self._flusher is not None
-            self._produced = stamped
-            self._settled.clear()
-            self._flusher.wake()
-            return
-        self._show(stamped)
+        self.shown.offer(stamped)
 
     async def settled(self) -> None:
         """Wait until every message the agent yielded so far was shown, or
         never will be (the turn was stopped or fenced, or it ended)."""
-        await self._settled.wait()
-
-    def _records(self) -> bool:
-        """Whether the turn's messages are recorded before readers see them (a
-        stateful turn with a recording store: one a successor can resume)."""
-        return (
-            self.context.stateful
-            and self._stores.recording is not None
-            and self._flusher is not None
-        )
-
-    def _show(self, message: ChatMessage) -> None:
-        """Hand ``message`` to the turn's readers: its live buffer's, and its
-        followers' on other replicas through the deltas."""
-        event = self.buffer.publish(message)
-        if self._deltas is not None:
-            self._deltas.offer(self, event)
-        if message is self._recorded:
-            return  # what the turn's readers were shown already: no new content
-        self.observed.first_content()
-        if self._unmeasured_takeover is not None:
-            taken, self._unmeasured_takeover = self._unmeasured_takeover, None
-            self._metrics.takeover_produced(taken, self._clock())
+        await self.shown.settled()
 
     # --------------------------------------------------------------- workers
 
@@ -501,16 +447,7 @@ class Turn:
             return []
         workers: list[asyncio.Task[None]] = []
         if self._stores.recording is not None:
-            # The replica's flusher writes this turn's recording with all the
-            # others' every flush interval; a fenced put stops this turn.
-            assert self._flusher is not None, "a recorded turn needs the recording flusher"
-            self._flusher.add(
-                self,
-                self._pending_put,
-                self._written,
-                self._fenced_by_recording,
-                self._flush_failed,
-            )
+            self.shown.hold()
             if self.lease is not None and has_push(self._stores.recording):
                 watching = producer_watch.watch(
                     self._stores.recording,
@@ -520,19 +457,13 @@ class Turn:
                         self.lifecycle.state in (TurnState.CLAIMED, TurnState.RUNNING)
                     ),
                     interval=self._settings.heartbeat_interval,
-                    on_watched=self._watched,
+                    on_watched=self.shown.watched,
                     on_taken=lambda: self.stop(StreamEnd(EndReason.GONE)),
                 )
                 workers.append(asyncio.create_task(watching))
         if self._stores.agent_state is not None and self.state.resumables:
             workers.append(asyncio.create_task(self._checkpoint_loop()))
         return workers
-
-    def _watched(self) -> None:
-        """A follower on another replica watches: publish this turn's deltas."""
-        if self._deltas is not None and self.writer.allows_recording():
-            k = self.key
-            self._deltas.watch(self, k, self.message_id, self.writer.epoch, self.buffer.latest)
 
     async def _checkpoint_loop(self) -> None:
         try:
@@ -552,56 +483,6 @@ class Turn:
                 StreamEnd(EndReason.ERRORED, "INTERNAL", "a background worker of the turn failed")
             )
 
-    def _pending_put(self) -> RecordingPut | None:
-        """The produced message not yet recorded, as a put at the stream index
-        readers will see it at; None when there is nothing new, or the turn
-        may not record (a fenced producer writes nothing) or show (its
-        stream ended)."""
-        produced = self._produced
-        if produced is None or self.buffer.end is not None:
-            return None
-        if not self.writer.allows_recording():
-            return None
-        k = self.key
-        event = RecordedStreamEvent(
-            index=self.buffer.next_index,
-            message=produced,
-            message_id=self.message_id,
-            epoch=self.writer.epoch,
-        )
-        return RecordingPut(k.tenant, k.requester_uuid, k.session_id, event)
-
-    def _written(self, put: RecordingPut) -> None:
-        """The store accepted ``put``: its message is durable, show it."""
-        message = put.event.message
-        if self._produced is message:
-            self._produced = None  # nothing newer came while it was in flight
-            self._settled.set()
-        # One put of a turn is in flight at a time, so it is the next index,
-        # unless the stream ended meanwhile (nothing more is shown then).
-        if self.buffer.end is None and put.event.index == self.buffer.next_index:
-            self._show(message)
-
-    def _fenced_by_recording(self) -> None:
-        self.writer.fence()
-        self._settled.set()
-        self.stop(StreamEnd(EndReason.GONE))
-
-    def _flush_failed(self, error: BaseException) -> None:
-        # Not an outage (the flusher retries those: the next flush writes the
-        # latest message again), but this turn's own put failing.
-        logger.error("turn %s: recording flush failed", self.message_id, exc_info=error)
-        self.stop(
-            StreamEnd(EndReason.ERRORED, "INTERNAL", "a background worker of the turn failed")
-        )
-
-    async def _flush(self) -> None:
-        """Wait until everything the agent produced is recorded, and so shown
-        (the end of the turn, a hand-off, a cancel): in the replica's next batch."""
-        if not self._records():
-            return
-        await self.writer.record(self)
-
     # ------------------------------------------------------------------- end
 
     async def _seal(self) -> StreamEnd:
@@ -610,10 +491,9 @@ class Turn:
         ctx = self.context
         if ctx.stateful:
             # The final message is durable, and shown, before the verdict.
-            await self._flush()
+            await self.shown.flush()
             final = self.buffer.latest
-            if self._deltas is not None:
-                await self._deltas.publish_now(self)
+            await self.shown.publish_now()
             await self.checkpoint()
             if self._stores.conversation is not None:
                 # Fenced and idempotent by message id: a resumed turn whose first
@@ -654,7 +534,7 @@ class Turn:
         self.lifecycle.move(TurnState.FAILING)
         if self.context.stateful:
             try:
-                await self._flush()
+                await self.shown.flush()
                 latest = self.buffer.latest
                 answer = kept_answer(
                     latest.message if latest is not None else None,
@@ -704,7 +584,7 @@ class Turn:
 
     async def _leave_for_resume(self) -> None:
         try:
-            await self._flush()
+            await self.shown.flush()
             await self.checkpoint()
             await self.writer.hand_off()
         except FencedError:

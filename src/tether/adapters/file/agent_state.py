@@ -9,15 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from tether.adapters.file._files import (
-    RowFiles,
     locked_row,
     read_json,
     remove_file,
-    row_files,
     run_in_thread,
-    store_root,
     write_json,
 )
+from tether.adapters.file._paths import RowFiles, row_files, store_root
 from tether.adapters.file.kept_numbers import KeptNumber, KeptNumbers
 from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
 from tether.domain.store_errors import StoreCorruptedError

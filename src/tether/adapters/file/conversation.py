@@ -19,16 +19,18 @@ from tether.adapters.conversation_record import (
     utc_now,
 )
 from tether.adapters.file._files import (
-    RowFiles,
-    child_path,
-    encode_component,
     locked_row,
     read_model,
     remove_file,
-    row_files,
     run_in_thread,
-    store_root,
     write_json,
+)
+from tether.adapters.file._paths import (
+    RowFiles,
+    child_path,
+    encode_component,
+    row_files,
+    store_root,
 )
 from tether.domain.chat_conversation_store import (
     ChatConversationStore,

@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.adapters.file._files import child_path, create_json, read_json, write_json
+from tether.adapters.file._files import create_json, read_json, write_json
+from tether.adapters.file._paths import child_path
 from tether.domain.store_errors import StoreCorruptedError, StoreError
 from tether.domain.tombstones import TombstoneKey, TombstoneKeyError
 

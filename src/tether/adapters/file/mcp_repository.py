@@ -24,16 +24,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tether.adapters.file._files import (
-    RowFiles,
-    child_path,
-    encode_component,
     exclusive_lock,
     read_json,
     remove_file,
-    row_files,
     run_in_thread,
-    store_root,
     write_json,
+)
+from tether.adapters.file._paths import (
+    RowFiles,
+    child_path,
+    encode_component,
+    row_files,
+    store_root,
 )
 from tether.adapters.mcp._codec import RecordCodec
 from tether.adapters.mcp.encryption import NO_KEY_MESSAGE, MCPOAuthCipher

@@ -11,15 +11,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from tether.adapters.file._files import (
-    RowFiles,
     locked_row,
     read_json,
     remove_file,
-    row_files,
     run_in_thread,
-    store_root,
     write_json,
 )
+from tether.adapters.file._paths import RowFiles, row_files, store_root
 from tether.adapters.file.kept_numbers import KeptNumber, KeptNumbers
 from tether.adapters.unix_datagrams import PushesOnThisHost, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import (

@@ -8,32 +8,35 @@ import heapq
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from tether.adapters.file._files import (
+from tether.adapters.file._files import parse_json, run_in_executor, run_in_thread
+from tether.adapters.file._paths import (
     RowFiles,
     child_path,
     decode_component,
     encode_component,
-    locked_row,
-    parse_json,
-    read_json,
-    remove_empty_directories,
-    remove_file,
     row_files,
-    run_in_executor,
-    run_in_thread,
     store_root,
-    write_json,
 )
-from tether.adapters.file.kept_numbers import KeptNumber, KeptNumbers
+from tether.adapters.file.kept_numbers import KeptNumbers
+from tether.adapters.file.supervision_rows import (
+    IDS,
+    LAST_EPOCH,
+    SupervisionRowFiles,
+    compare_and_swap,
+    delete_row,
+    document_of,
+    find_session,
+    parse_row,
+    read_last_epoch,
+    read_row,
+    swap_all,
+)
 from tether.adapters.flock_presence import FlockPresenceLock
 from tether.adapters.unix_datagrams import DEAD_TURNS_KEY, UnixDatagramChannel, conversation_key
 from tether.domain.chat_stream_recording_store import ChangeSubscription, StreamChange
@@ -50,11 +53,6 @@ from tether.domain.tombstones import TombstoneKey
 
 logger = logging.getLogger(__name__)
 
-_LAST_EPOCH = "last_epoch"
-"""The key of the highest epoch ever written, kept in the row's document."""
-_IDS = ("tenant", "requester_uuid", "session_id")
-"""The keys of the conversation's ids, kept in the row's document (a long id
-is hashed in the file's path, so the path alone does not always give it back)."""
 _SUPERVISION = "stream-supervision"
 
 
@@ -123,7 +121,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         (default: ``TETHER_TOMBSTONE_KEY``; see ``domain.tombstones``)."""
         self._base = store_root(base_path)
         self._epochs = KeptNumbers(
-            self._base, _EPOCHS, _LAST_EPOCH, tombstone_key or TombstoneKey.from_env()
+            self._base, _EPOCHS, LAST_EPOCH, tombstone_key or TombstoneKey.from_env()
         )
         self._heartbeats: ThreadPoolExecutor | None = None
         self._channel = UnixDatagramChannel(wake_directory or self._base.parent / ".tether-wake")
@@ -138,9 +136,9 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> bool:
         """Write ``supervision`` iff the row's epoch is ``expected_epoch`` (None: no row)."""
         files = self._files(tenant, requester_uuid, session_id)
-        document = _document(tenant, requester_uuid, session_id, supervision)
+        document = document_of(tenant, requester_uuid, session_id, supervision)
         wrote = await run_in_thread(
-            _compare_and_swap, files, expected_epoch, supervision.epoch, document
+            compare_and_swap, files, expected_epoch, supervision.epoch, document
         )
         swap = SupervisionSwap(tenant, requester_uuid, session_id, expected_epoch, supervision)
         self._announce([swap], [wrote])
@@ -155,14 +153,14 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
                 self._files(s.tenant, s.requester_uuid, s.session_id),
                 s.expected_epoch,
                 s.supervision.epoch,
-                _document(s.tenant, s.requester_uuid, s.session_id, s.supervision),
+                document_of(s.tenant, s.requester_uuid, s.session_id, s.supervision),
             )
             for s in swaps
         ]
         if self._heartbeats is None:
             # Created on first use: a store that never batches starts no thread.
             self._heartbeats = ThreadPoolExecutor(1, thread_name_prefix="tether-file-heartbeats")
-        wrote = await run_in_executor(self._heartbeats, functools.partial(_swap_all, batch))
+        wrote = await run_in_executor(self._heartbeats, functools.partial(swap_all, batch))
         self._announce(swaps, wrote)
         return wrote
 
@@ -203,13 +201,13 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> ChatStreamSupervision | None:
         """The current row, or None. Lock-free: replace makes every read whole."""
         files = self._files(tenant, requester_uuid, session_id)
-        return await run_in_thread(_read_row, files.data)
+        return await run_in_thread(read_row, files.data)
 
     async def last_epoch(self, tenant: str, requester_uuid: str | None, session_id: str) -> int:
         """The highest epoch ever written, also after the row was deleted; 0 if none.
         Lock-free, as ``read``."""
         files = self._files(tenant, requester_uuid, session_id)
-        return await run_in_thread(_read_last_epoch, files)
+        return await run_in_thread(read_last_epoch, files)
 
     async def delete(
         self,
@@ -221,7 +219,7 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
     ) -> None:
         """Remove the row iff it still holds exactly ``message_id`` at ``epoch``."""
         files = self._files(tenant, requester_uuid, session_id)
-        if await run_in_thread(_delete, files, message_id, epoch):
+        if await run_in_thread(delete_row, files, message_id, epoch):
             key = conversation_key(tenant, requester_uuid, session_id)
             self._channel.announce([(key, StreamChange.SUPERVISION)])
 
@@ -232,7 +230,10 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         index file, checked against the row it names. Lock-free, as ``read``."""
         index = self._index(tenant, requester_uuid, message_id)
         return await run_in_thread(
-            _find, index, lambda session: self._files(tenant, requester_uuid, session), message_id
+            find_session,
+            index,
+            lambda session: self._files(tenant, requester_uuid, session),
+            message_id,
         )
 
     async def list_stale_running(self, heartbeat_before: datetime, limit: int) -> list[StaleTurn]:
@@ -252,9 +253,11 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
         sharing the directory share a host (``tether.runtime.presence``)."""
         return FlockPresenceLock(child_path(self._base, _PRESENCE))
 
-    def _files(self, tenant: str, requester_uuid: str | None, session_id: str) -> _RowFiles:
+    def _files(
+        self, tenant: str, requester_uuid: str | None, session_id: str
+    ) -> SupervisionRowFiles:
         files = row_files(self._base, _SUPERVISION, tenant, requester_uuid or "", session_id)
-        return _RowFiles(
+        return SupervisionRowFiles(
             files.data,
             files.lock,
             files.top,
@@ -270,160 +273,6 @@ class LocalFileChatStreamSupervisionStore(ChatStreamSupervisionStore):
 _BY_MESSAGE = "stream-supervision-by-message"
 _EPOCHS = "stream-supervision-epoch"
 _PRESENCE = "replica-presence"
-
-
-@dataclass(frozen=True)
-class _RowFiles(RowFiles):
-    """A row's files, its session, where the index file of each of its turns
-    lives, and where its epoch is kept once the row is gone."""
-
-    session_id: str
-    index: Callable[[str], RowFiles]
-    kept: KeptNumber
-
-
-def _find(index: RowFiles, files_of: Callable[[str], RowFiles], message_id: str) -> str | None:
-    document = read_json(index.data)
-    if not isinstance(document, dict) or not isinstance(document.get("session_id"), str):
-        return None
-    session_id: str = document["session_id"]
-    row = _read_row(files_of(session_id).data)
-    return session_id if row is not None and row.message_id == message_id else None
-
-
-def _document(
-    tenant: str, requester_uuid: str | None, session_id: str, supervision: ChatStreamSupervision
-) -> dict[str, Any]:
-    """What a swap stores (but ``"last_epoch"``): the row, then its conversation's ids."""
-    ids = dict(zip(_IDS, (tenant, requester_uuid or "", session_id), strict=True))
-    return {**supervision.model_dump(mode="json"), **ids}
-
-
-@dataclass(frozen=True)
-class _Stored:
-    """What a locked step finds of a conversation."""
-
-    row: ChatStreamSupervision | None
-    last_epoch: int
-    """The highest epoch ever written: the row's document's, or, with no row,
-    the kept one (and an earlier release's tombstone's, if there is one)."""
-    named_tombstone: bool
-    """Whether the row's path holds an earlier release's tombstone."""
-
-
-def _load(files: _RowFiles) -> _Stored:
-    """The row and the highest epoch ever written.
-
-    A row's document holds the highest epoch: a claim with no row writes it
-    above the kept one, which is only written as the row goes."""
-    document = read_json(files.data)
-    if document is None:
-        return _Stored(None, files.kept.read(), named_tombstone=False)
-    row, last_epoch = _parse(files.data, document)
-    if row is not None:
-        return _Stored(row, last_epoch, named_tombstone=False)
-    return _Stored(None, max(last_epoch, files.kept.read()), named_tombstone=True)
-
-
-def _parse(path: Path, document: Any) -> tuple[ChatStreamSupervision | None, int]:
-    """The row of a document read at ``path`` (None: an earlier release's
-    tombstone) and the highest epoch it holds."""
-    if isinstance(document, dict) and document.keys() == {_LAST_EPOCH}:
-        return None, _epoch_of(path, document)
-    try:
-        row = ChatStreamSupervision.model_validate(document)
-    except ValidationError as exc:
-        raise StoreCorruptedError(
-            f"{path} does not hold a valid ChatStreamSupervision ({exc}); left as is"
-        ) from exc
-    kept = _epoch_of(path, document) if _LAST_EPOCH in document else 0
-    return row, max(row.epoch, kept)
-
-
-def _epoch_of(path: Path, document: dict[str, Any]) -> int:
-    epoch = document[_LAST_EPOCH]
-    if not isinstance(epoch, int) or isinstance(epoch, bool):
-        raise StoreCorruptedError(f"{path} holds a {_LAST_EPOCH} that is no integer; left as is")
-    return epoch
-
-
-def _read_row(path: Path) -> ChatStreamSupervision | None:
-    # Lock-free, as the store's reads are: the row alone needs no kept epoch.
-    document = read_json(path)
-    return None if document is None else _parse(path, document)[0]
-
-
-def _read_last_epoch(files: _RowFiles) -> int:
-    # Lock-free: a delete keeps the epoch before it removes the row, so a
-    # read that finds no row finds the kept epoch.
-    return _load(files).last_epoch
-
-
-def _compare_and_swap(
-    files: _RowFiles, expected_epoch: int | None, epoch: int, document: dict[str, Any]
-) -> bool:
-    with locked_row(files):
-        stored = _load(files)
-        current, last_epoch = stored.row, stored.last_epoch
-        if (None if current is None else current.epoch) != expected_epoch:
-            _keep_named_tombstone(files, stored)
-            return False
-        if current is None and epoch <= last_epoch:
-            _keep_named_tombstone(files, stored)
-            return False  # that epoch was granted before the row was removed
-        written = {**document, _LAST_EPOCH: max(last_epoch, epoch)}
-        message_id = document["message_id"]
-        if current is None or current.message_id != message_id:
-            # A new turn in the row (not a heartbeat): index it first, so a
-            # crash between the two leaves an index the lookup checks anyway.
-            write_json(
-                files.index(message_id).data, {"session_id": files.session_id}, durable=False
-            )
-        write_json(files.data, written, durable=False)
-        if current is not None and current.message_id != message_id:
-            _unindex(files, current.message_id)
-        return True
-
-
-def _unindex(files: _RowFiles, message_id: str) -> None:
-    """Remove the index file of ``message_id`` if it names this row, and the
-    directories (named after the tenant and the user) it leaves empty."""
-    index = files.index(message_id)
-    document = read_json(index.data)
-    if isinstance(document, dict) and document.get("session_id") == files.session_id:
-        remove_file(index.data, durable=False)
-        remove_empty_directories(index.data, index.top)
-
-
-def _swap_all(batch: Sequence[tuple[_RowFiles, int | None, int, dict[str, Any]]]) -> list[bool]:
-    return [
-        _compare_and_swap(files, expected, epoch, document)
-        for files, expected, epoch, document in batch
-    ]
-
-
-def _delete(files: _RowFiles, message_id: str, epoch: int) -> bool:
-    # ``locked_row``: with the row gone, its lock file and directories go too.
-    with locked_row(files):
-        stored = _load(files)
-        current = stored.row
-        if current is None or (current.message_id, current.epoch) != (message_id, epoch):
-            _keep_named_tombstone(files, stored)
-            return False
-        # Kept first: the conversation's epochs outlive the row, also should
-        # the process die between the two.
-        files.kept.write(stored.last_epoch)
-        remove_file(files.data, durable=False)
-        _unindex(files, message_id)
-        return True
-
-
-def _keep_named_tombstone(files: _RowFiles, stored: _Stored) -> None:
-    """Move an earlier release's tombstone, found at the row's path with no
-    row to write there, under the conversation's tombstone."""
-    if stored.named_tombstone:
-        files.kept.write(stored.last_epoch)
-        remove_file(files.data, durable=False)
 
 
 # The listing's look at a document's bytes, before any parse. A swap writes
@@ -482,7 +331,7 @@ def _stale_turn(entry: os.DirEntry[str], before: datetime) -> StaleTurn | None:
         if seen is not None and seen >= before:
             return None
     document = parse_json(path, raw)
-    row, _ = _parse(path, document)
+    row, _ = parse_row(path, document)
     if row is None or row.status is not ChatStreamStatus.RUNNING or row.heartbeat_at >= before:
         return None
     ids = _ids(path, document)
@@ -511,7 +360,7 @@ def _ids(path: Path, document: dict[str, Any]) -> tuple[str, str, str] | None:
     """The conversation of the row at ``path``: from its document, or (for a
     document written before it kept them) from the path, where no id is hashed."""
     names = (path.parent.parent.name, path.parent.name, path.name.removesuffix(".json"))
-    kept = [document.get(key) for key in _IDS]
+    kept = [document.get(key) for key in IDS]
     if all(isinstance(value, str) for value in kept):
         tenant, requester_uuid, session_id = (str(value) for value in kept)
         if tuple(map(encode_component, (tenant, requester_uuid, session_id))) != names:

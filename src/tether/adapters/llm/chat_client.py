@@ -4,34 +4,31 @@
 bot messages. Its working state (what the model said and which tools ran this turn)
 is checkpointed by the runtime, so a turn taken over after its producer died resumes
 where it was: the restored answer is shown at once, completed tool calls are not run
-again, and the model continues its partial text.
+again, and the model continues its partial text. That state is
+``answer_state.AnswerState``; what the model reads of the conversation before
+it, ``model_messages``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
 from pydantic_core import to_jsonable_python
 
+from tether.adapters.llm.answer_state import AnswerState
+from tether.adapters.llm.model_messages import model_prefix
 from tether.adapters.llm.offline import OfflineChatModel
 from tether.adapters.llm.openai_compatible import OpenAICompatibleChatModel
 from tether.domain.agent_dependency import AgentDependencyFactory, ResumableAgentDependency
 from tether.domain.agent_setup import AgentSetup
-from tether.domain.answer_text import TEXT_PART_SEPARATOR
 from tether.domain.chat_message import (
     ChatMessage,
-    ChatMessageSender,
-    ContentPart,
-    ContentPartTool,
-    ContentPartType,
     ToolCallStatus,
 )
-from tether.domain.chat_model import ChatModel, ModelMessage, ModelRole, ModelToolCall, TextDelta
+from tether.domain.chat_model import ChatModel, ModelToolCall, TextDelta
 from tether.domain.turn_context import TurnContext
 from tether.observability.genai import model_call, tool_call
 from tether.tools import (
@@ -64,7 +61,7 @@ class ChatClient(ResumableAgentDependency):
         self.turn_id = turn_id
         """The turn's message id: the first half of each call's idempotency key."""
         self._own_id: str | None = None
-        self._turn = _TurnState()
+        self._turn = AnswerState()
         self._resume_next = False
 
     async def stream(
@@ -84,7 +81,7 @@ class ChatClient(ResumableAgentDependency):
             turn = self._turn = self._turn.next_answer(self._key_prefix())
         tools_by_name = _index(tools)
         specs = [tool.spec() for tool in tools]
-        prefix = _model_prefix(conversation, system_prompt)
+        prefix = model_prefix(conversation, system_prompt)
 
         if turn.content_parts:
             yield turn.message()
@@ -128,7 +125,7 @@ class ChatClient(ResumableAgentDependency):
             yield turn.message()
 
     async def _run_tool(
-        self, turn: _TurnState, call: ModelToolCall, tools_by_name: Mapping[str, Tool]
+        self, turn: AnswerState, call: ModelToolCall, tools_by_name: Mapping[str, Tool]
     ) -> ChatMessage:
         """Run one call, recorded as started (checkpointed) before it runs and
         completed (checkpointed) before its result is shown. A call a previous
@@ -203,10 +200,10 @@ class ChatClient(ResumableAgentDependency):
         """Restore a checkpoint of the turn being resumed; a checkpoint of an earlier,
         finished turn means nothing to a new turn, which starts fresh."""
         if resuming_turn and state:
-            self._turn = _TurnState.model_validate(state)
+            self._turn = AnswerState.model_validate(state)
             self._resume_next = True
         else:
-            self._turn = _TurnState()
+            self._turn = AnswerState()
             self._resume_next = False
 
     async def aclose(self) -> None:
@@ -307,68 +304,6 @@ def _index(tools: Sequence[Tool]) -> dict[str, Tool]:
     return by_name
 
 
-def _model_prefix(conversation: list[ChatMessage], system_prompt: str | None) -> list[ModelMessage]:
-    messages = [ModelMessage(role="system", content=system_prompt)] if system_prompt else []
-    for message in conversation:
-        if message.sender == ChatMessageSender.USER:
-            messages.append(ModelMessage(role="user", content=message.content))
-        else:
-            messages += _earlier_answer(message)
-    return messages
-
-
-def _earlier_answer(message: ChatMessage) -> list[ModelMessage]:
-    """An earlier answer as the model said it: its text, and its tool calls
-    each followed by its result. A call the answer never got a result for (it
-    was cancelled, or its replica died) is answered as such: every model API
-    refuses a conversation with an unanswered tool call."""
-    tools = [p.tool for p in message.content_parts or [] if p.tool is not None]
-    if not tools:
-        # An empty bot message would read as a turn to continue; it says nothing.
-        return [ModelMessage(role="assistant", content=message.content)] if message.content else []
-    messages: list[ModelMessage] = []
-    text: list[str] = []
-    calls: list[ContentPartTool] = []
-    for part in message.content_parts or []:
-        if part.tool is not None:
-            calls.append(part.tool)
-            continue
-        if part.type == ContentPartType.TEXT and part.text:
-            if calls:
-                messages += _tool_exchange(TEXT_PART_SEPARATOR.join(text), calls)
-                text, calls = [], []
-            text.append(part.text)
-    if calls:
-        messages += _tool_exchange(TEXT_PART_SEPARATOR.join(text), calls)
-        text = []
-    if text:
-        messages.append(ModelMessage(role="assistant", content=TEXT_PART_SEPARATOR.join(text)))
-    return messages
-
-
-def _tool_exchange(text: str, calls: list[ContentPartTool]) -> list[ModelMessage]:
-    exchange = [
-        ModelMessage(
-            role="assistant",
-            content=text,
-            tool_calls=tuple(
-                ModelToolCall(id=c.tool_call_id, name=c.name, arguments=dict(c.params))
-                for c in calls
-            ),
-        )
-    ]
-    for call in calls:
-        if call.status == ToolCallStatus.RUNNING:
-            result = _NEVER_ANSWERED
-        else:
-            result = _tool_result_text(call.status, call.response)
-        answer = ModelMessage(
-            role="tool", content=result, tool_call_id=call.tool_call_id, name=call.name
-        )
-        exchange.append(answer)
-    return exchange
-
-
 def _unknown_outcome(name: str) -> str:
     return (
         f"The call to {name} may or may not have happened: the server running it stopped "
@@ -384,217 +319,4 @@ def _ask_about(name: str) -> str:
     )
 
 
-_NEVER_ANSWERED = (
-    "Error: no result: the answer stopped (cancelled, or its server failed) before this "
-    "call completed; it may or may not have happened."
-)
 _NOT_RUN_WHILE_ASKING = "Not run: the answer stopped to ask the user about an earlier call."
-
-
-def _tool_result_text(status: ToolCallStatus, response: Any) -> str:
-    text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
-    return f"Error: {text}" if status == ToolCallStatus.ERROR else text
-
-
-class _ToolCallState(BaseModel):
-    id: str
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    # Kept so a malformed call restored from a checkpoint is still reported as one.
-    arguments_error: str | None = None
-    raw_arguments: str | None = None
-
-    @classmethod
-    def of(cls, call: ModelToolCall) -> _ToolCallState:
-        if isinstance(call, MalformedToolCall):
-            return cls(
-                id=call.id,
-                name=call.name,
-                arguments=dict(call.arguments),
-                arguments_error=call.error,
-                raw_arguments=call.raw_arguments,
-            )
-        return cls(id=call.id, name=call.name, arguments=dict(call.arguments))
-
-    def call(self) -> ModelToolCall:
-        if self.arguments_error is not None:
-            return MalformedToolCall(
-                id=self.id,
-                name=self.name,
-                arguments=self.arguments,
-                raw_arguments=self.raw_arguments or "",
-                error=self.arguments_error,
-            )
-        return ModelToolCall(id=self.id, name=self.name, arguments=self.arguments)
-
-
-class _MessageState(BaseModel):
-    role: ModelRole
-    content: str = ""
-    tool_calls: list[_ToolCallState] = Field(default_factory=list)
-    tool_call_id: str | None = None
-    name: str | None = None
-
-    def message(self) -> ModelMessage:
-        return ModelMessage(
-            role=self.role,
-            content=self.content,
-            tool_calls=tuple(call.call() for call in self.tool_calls),
-            tool_call_id=self.tool_call_id,
-            name=self.name,
-        )
-
-
-class _TurnState(BaseModel):
-    """The checkpointed progress of one turn.
-
-    ``transcript``: the model messages this turn produced (assistant messages that
-    asked for tools, and the tools' results). ``partial_text``: what the model has
-    said in the response in progress. ``content_parts``: the answer as shown.
-    ``content`` is the answer's text, kept for readers of a checkpoint; the parts are
-    what is restored.
-    """
-
-    version: Literal[1] = 1
-    transcript: list[_MessageState] = Field(default_factory=list)
-    started: dict[str, int] = Field(default_factory=dict)
-    """Tool call id to the attempts started; a call started and not answered in
-    ``transcript`` has an unknown outcome."""
-    partial_text: str = ""
-    content: str = ""
-    content_parts: list[ContentPart] = Field(default_factory=list)
-    finished: bool = False
-    turn_key: str | None = None
-    """The idempotency keys' prefix of the turn this answer belongs to."""
-    first_call_index: int = 0
-    """The index of this answer's first tool call among all the turn's calls:
-    an agent may ask for several answers in one turn (``stream`` twice), and
-    their calls' keys must not repeat."""
-
-    def next_answer(self, turn_key: str) -> _TurnState:
-        """A new answer's state: its calls numbered after this one's when both
-        belong to the same turn, from 0 in a new turn."""
-        if turn_key != self.turn_key:
-            return _TurnState(turn_key=turn_key)
-        return _TurnState(turn_key=turn_key, first_call_index=self.first_call_index + self.calls())
-
-    def calls(self) -> int:
-        """How many tool calls this answer asked for."""
-        return sum(len(m.tool_calls) for m in self.transcript if m.role == "assistant")
-
-    def model_messages(self) -> list[ModelMessage]:
-        messages = [message.message() for message in self.transcript]
-        if self.partial_text:
-            # A resumed response: the model is asked to continue this text.
-            messages.append(ModelMessage(role="assistant", content=self.partial_text))
-        return messages
-
-    def tool_rounds(self) -> int:
-        return sum(1 for m in self.transcript if m.role == "assistant" and m.tool_calls)
-
-    def add_text(self, text: str) -> None:
-        if self.partial_text and self.content_parts:
-            part = self.content_parts[-1]
-            part.text = (part.text or "") + text
-        else:
-            self.content_parts.append(ContentPart(type=ContentPartType.TEXT, text=text))
-        self.partial_text += text
-        self._refresh_content()
-
-    def text_beyond(self, shown: Sequence[ContentPart]) -> str:
-        """The text ``shown`` has past this state's answer, when that is all it
-        has past it: the same parts, with the response in progress longer, or
-        one more text part (a response begun after the last tool call). ``""``
-        otherwise."""
-        parts = self.content_parts
-        if self.partial_text and parts and parts[-1].type is ContentPartType.TEXT:
-            if len(shown) != len(parts) or list(shown[:-1]) != parts[:-1]:
-                return ""
-            said, mine = shown[-1].text or "", parts[-1].text or ""
-            if shown[-1].type is not ContentPartType.TEXT or not said.startswith(mine):
-                return ""
-            return said[len(mine) :]
-        if len(shown) != len(parts) + 1 or list(shown[:-1]) != parts:
-            return ""
-        return (shown[-1].text or "") if shown[-1].type is ContentPartType.TEXT else ""
-
-    def add_note(self, text: str) -> None:
-        self.content_parts.append(ContentPart(type=ContentPartType.TEXT, text=text))
-        self._refresh_content()
-
-    def request_tools(self, calls: Sequence[ModelToolCall]) -> None:
-        # The response is complete, so its text moves into the transcript with the
-        # calls; the next response starts a new text part.
-        self.transcript.append(
-            _MessageState(
-                role="assistant",
-                content=self.partial_text,
-                tool_calls=[_ToolCallState.of(call) for call in calls],
-            )
-        )
-        self.partial_text = ""
-        for call in calls:
-            self.content_parts.append(
-                ContentPart(
-                    type=ContentPartType.TOOL,
-                    tool=ContentPartTool(
-                        tool_call_id=call.id, name=call.name, params=dict(call.arguments)
-                    ),
-                )
-            )
-
-    def pending_tool_calls(self) -> list[ModelToolCall]:
-        """Calls of the latest tool request that have no result yet."""
-        for index in range(len(self.transcript) - 1, -1, -1):
-            message = self.transcript[index]
-            if message.role == "assistant" and message.tool_calls:
-                answered = {m.tool_call_id for m in self.transcript[index + 1 :]}
-                return [c.call() for c in message.tool_calls if c.id not in answered]
-        return []
-
-    def call_index(self, call_id: str) -> int:
-        """The call's place among every tool call of the turn (0 for the first)."""
-        calls = [c.id for m in self.transcript if m.role == "assistant" for c in m.tool_calls]
-        return calls.index(call_id) if call_id in calls else len(calls)
-
-    def close_pending(self, reason: str) -> None:
-        """Answer every call still without a result with ``reason`` (an error):
-        every model API refuses a conversation with an unanswered tool call."""
-        for call in self.pending_tool_calls():
-            self.complete_tool(call.id, ToolCallStatus.ERROR, reason)
-
-    def complete_tool(self, call_id: str, status: ToolCallStatus, response: Any) -> None:
-        name = ""
-        for part in self.content_parts:
-            if part.tool is not None and part.tool.tool_call_id == call_id:
-                part.tool.status = status
-                part.tool.response = response
-                name = part.tool.name
-        self.transcript.append(
-            _MessageState(
-                role="tool",
-                content=_tool_result_text(status, response),
-                tool_call_id=call_id,
-                name=name or None,
-            )
-        )
-
-    def message(self) -> ChatMessage:
-        # Called for every streamed chunk, so the copy is kept cheap: a text part
-        # is only ever changed by assigning a new string, so a shallow copy keeps
-        # the message already published intact; tool parts change in place.
-        return ChatMessage(
-            sender=ChatMessageSender.BOT,
-            content=self.content,
-            content_parts=[
-                part.model_copy(deep=part.type is not ContentPartType.TEXT)
-                for part in self.content_parts
-            ],
-        )
-
-    def _refresh_content(self) -> None:
-        self.content = TEXT_PART_SEPARATOR.join(
-            part.text
-            for part in self.content_parts
-            if part.type == ContentPartType.TEXT and part.text
-        )

@@ -13,13 +13,9 @@ The repository stores rows; this class decides what they mean:
   good clears the tokens, so the next use asks the user again instead of looping;
 - "about to expire" is the refresh margin, capped at half the token's lifetime,
   so short-lived tokens are not refreshed before every request;
-- tokens are refreshed as the client they were issued to: clients are kept per
-  callback URL and never replaced by another registration;
-- a client is registered once per callback URL, across replicas: the first
-  replica to need one takes a registration lease in the client info record
-  (compare-and-swap), registers, and writes the client in place of its lease;
-  the others wait for it and use that client. A lease whose holder died lapses
-  (``refresh_lease`` seconds), and the next replica registers instead.
+- tokens are refreshed as the client they were issued to, and a client is
+  registered once per callback URL across replicas (``client_registration``,
+  whose methods the store has).
 """
 
 from __future__ import annotations
@@ -28,19 +24,14 @@ import asyncio
 import logging
 import os
 import secrets
-import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
-from tether.adapters.mcp.clients import (
-    find_client,
-    kept_clients,
-    packed,
-    registration_for,
-    registrations_under_way,
-    usable_registration,
-    with_client,
+from tether.adapters.mcp.client_registration import (
+    POLL,
+    ClientRegistration,
+    Sleep,
+    lease_holder,
 )
 from tether.adapters.mcp.records import (
     MCPOAuthClientInfoRecord,
@@ -53,19 +44,12 @@ from tether.adapters.mcp.repository import MCPOAuthRepository
 from tether.adapters.mcp.settings import MCPOAuthSettings
 from tether.adapters.mcp.token_client import (
     Clock,
-    MCPOAuthClient,
     MCPOAuthTokenClient,
     MCPOAuthTokenError,
     utc_now,
 )
-from tether.domain.store_errors import StoreUnavailableError
 
 logger = logging.getLogger(__name__)
-
-Sleep = Callable[[float], Awaitable[None]]
-Register = Callable[[], Awaitable[dict[str, Any]]]
-_POLL = 0.05
-_CLIENT_WRITE_ATTEMPTS = 8
 
 
 class MCPOAuthRefreshUnavailableError(Exception):
@@ -73,7 +57,7 @@ class MCPOAuthRefreshUnavailableError(Exception):
     replica's refresh did not finish in time); the stored tokens are kept."""
 
 
-class MCPOAuthIntegrationStore:
+class MCPOAuthIntegrationStore(ClientRegistration):
     """The MCP OAuth store to pass to ``setup_app(mcp_oauth_store=...)``.
 
     ``settings`` gives the pending-authorization lifetime (default 10 minutes)
@@ -213,157 +197,6 @@ class MCPOAuthIntegrationStore:
             )
         )
 
-    async def client_for(self, tenant: str, server_name: str, client_id: str) -> MCPOAuthClient:
-        """The client credentials stored for ``client_id`` at this server, whichever of
-        the kept clients it is (a public client without a secret when none are stored)."""
-        record = await self.get_client_info(tenant, server_name)
-        found = find_client(kept_clients(record.client_info if record else None), client_id)
-        if found is not None:
-            return MCPOAuthClient.from_client_info(found)
-        return MCPOAuthClient(client_id=client_id)
-
-    async def registered_client(
-        self,
-        tenant: str,
-        server_name: str,
-        *,
-        issuer: str,
-        redirect_uri: str,
-        register: Register,
-    ) -> dict[str, Any]:
-        """The client registered dynamically at ``issuer`` for ``redirect_uri``: the one
-        kept, else a new one from ``register()`` (RFC 7591 client information).
-
-        Single flight across replicas: ``register()`` runs only under this
-        replica's registration lease for the callback URL, taken by
-        compare-and-swap on the client info; a replica that finds another's
-        lease waits (up to ``refresh_wait`` seconds) for the client it writes.
-        A new client is added beside the clients already kept, never over them.
-        Raises ``StoreUnavailableError`` when the wait runs out.
-        """
-        deadline = self.clock() + timedelta(seconds=self.settings.refresh_wait)
-        holder = _holder()
-        lost = 0  # compare-and-swaps lost to other writers (a wait is not one)
-        while lost < _CLIENT_WRITE_ATTEMPTS:
-            current = await self.repository.get_client_info(tenant, server_name)
-            info = current.client_info if current else None
-            clients = kept_clients(info)
-            now = self.clock()
-            found = next(
-                (c for c in clients if usable_registration(c, issuer, redirect_uri, now)), None
-            )
-            if found is not None:
-                return found
-            leases = registrations_under_way(info, now)
-            if registration_for(leases, issuer, redirect_uri) is not None:
-                # Another replica registers this very client now: wait for it.
-                if now >= deadline:
-                    raise StoreUnavailableError(
-                        f"another replica's client registration at {issuer} did not finish "
-                        "in time; try again"
-                    )
-                await self._sleep(_POLL)
-                continue
-            lease = {
-                "issuer": issuer,
-                "redirect_uri": redirect_uri,
-                "holder": holder,
-                "expires_at": (now + timedelta(seconds=self.settings.refresh_lease)).timestamp(),
-            }
-            leased = self._client_record(tenant, server_name, clients, [*leases, lease])
-            if await self.repository.compare_and_swap_client_info(leased, current):
-                return await self._register_under_lease(leased, lease, register)
-            lost += 1
-        raise StoreUnavailableError(
-            f"the OAuth client info of {server_name!r} kept changing; try again"
-        )
-
-    async def _register_under_lease(
-        self, leased: MCPOAuthClientInfoRecord, lease: dict[str, Any], register: Register
-    ) -> dict[str, Any]:
-        """Register while holding ``lease``, then keep the client in its place
-        (or, when registering fails, just let the lease go)."""
-        registered: dict[str, Any] | None = None
-        try:
-            registered = await register()
-        finally:
-            # Written even when registering failed or was cancelled: nobody
-            # should wait for a registration that is not coming.
-            await asyncio.shield(self._end_lease(leased, lease, registered))
-        return registered
-
-    async def _end_lease(
-        self,
-        leased: MCPOAuthClientInfoRecord,
-        lease: dict[str, Any],
-        registered: dict[str, Any] | None,
-    ) -> None:
-        tenant, server_name = leased.tenant, leased.server_name
-        current: MCPOAuthClientInfoRecord | None = leased
-        for _ in range(_CLIENT_WRITE_ATTEMPTS):
-            if current is None:
-                current = await self.repository.get_client_info(tenant, server_name)
-            info = current.client_info if current else None
-            now = self.clock()
-            clients = kept_clients(info)
-            if registered is not None:
-                clients = with_client(clients, registered, now, first=False)
-            others = [
-                other
-                for other in registrations_under_way(info, now)
-                if other.get("holder") != lease["holder"]
-                or other.get("redirect_uri") != lease["redirect_uri"]
-            ]
-            updated = self._client_record(tenant, server_name, clients, others)
-            if await self.repository.compare_and_swap_client_info(updated, current):
-                return
-            current = None  # changed meanwhile (another URL's lease): read it again
-        logger.warning(
-            "MCP OAuth: could not keep the client registered for %r; it is registered "
-            "again when next needed",
-            server_name,
-        )
-
-    async def remember_client(self, tenant: str, server_name: str, info: dict[str, Any]) -> None:
-        """Keep ``info`` (a client configured in the agent setup) as this server's first
-        client, so the callback, which has no setup, finds its secret; clients kept
-        before stay, for the tokens issued to them."""
-        for _ in range(_CLIENT_WRITE_ATTEMPTS):
-            current = await self.repository.get_client_info(tenant, server_name)
-            clients = kept_clients(current.client_info if current else None)
-            known = find_client(clients, str(info["client_id"]))
-            wanted = dict(info)
-            if known is not None:
-                uris = [*(known.get("redirect_uris") or []), *(info.get("redirect_uris") or [])]
-                wanted["redirect_uris"] = list(dict.fromkeys(uris))
-            if clients and clients[0] == wanted:
-                return
-            updated = self._client_record(
-                tenant,
-                server_name,
-                with_client(clients, wanted, self.clock(), first=True),
-                registrations_under_way(current.client_info if current else None, self.clock()),
-            )
-            if await self.repository.compare_and_swap_client_info(updated, current):
-                return
-        raise StoreUnavailableError(
-            f"the OAuth client info of {server_name!r} kept changing; try again"
-        )
-
-    @staticmethod
-    def _client_record(
-        tenant: str,
-        server_name: str,
-        clients: list[dict[str, Any]],
-        registrations: list[dict[str, Any]],
-    ) -> MCPOAuthClientInfoRecord:
-        return MCPOAuthClientInfoRecord(
-            tenant=tenant,
-            server_name=server_name,
-            client_info=packed(clients, registrations),
-            revision=secrets.token_hex(12),
-        )
-
     def refresh_margin(self, tokens: MCPOAuthTokens) -> timedelta:
         """How long before its expiry an access token counts as stale: the configured
         margin, but at most half the token's lifetime (a server issuing 5 s tokens
@@ -390,7 +223,7 @@ class MCPOAuthIntegrationStore:
         ``MCPOAuthRefreshUnavailableError`` when a refresh cannot happen now.
         """
         deadline = self.clock() + timedelta(seconds=self.settings.refresh_wait)
-        holder = _holder()
+        holder = lease_holder()
         while True:
             record = await self.get_user_integration(tenant, user_uuid, server_name)
             if record is None or record.tokens is None:
@@ -412,7 +245,7 @@ class MCPOAuthIntegrationStore:
                     raise MCPOAuthRefreshUnavailableError(
                         f"another replica's refresh of {server_name!r} did not finish in time"
                     )
-                await self._sleep(_POLL)
+                await self._sleep(POLL)
                 continue
             leased = _revised(
                 record.model_copy(
@@ -490,10 +323,6 @@ def _revised(record: MCPUserIntegrationRecord) -> MCPUserIntegrationRecord:
 
 def _revised_client(record: MCPOAuthClientInfoRecord) -> MCPOAuthClientInfoRecord:
     return record.model_copy(update={"revision": secrets.token_hex(12)})
-
-
-def _holder() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(6)}"
 
 
 def get_local_file_mcp_oauth_integration_store(

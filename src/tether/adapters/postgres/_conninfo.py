@@ -1,13 +1,16 @@
-"""Store URLs: tether's own query parameters, libpq defaults, and password redaction."""
+"""Store URLs: tether's own query parameters, libpq defaults, password redaction, and
+the pools built on them."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import AsyncConnectionPool
 
 from tether.domain.store_bundle import StoreURLError
 
@@ -107,6 +110,28 @@ def with_libpq_defaults(conninfo: str, *, idle_in_transaction: float) -> str:
         )
         missing["options"] = f"{options} {bound}".strip()
     return make_conninfo(conninfo, **missing)
+
+
+def pool_on(
+    libpq_url: str, options: PostgresOptions, *, name: str, size: int | None = None
+) -> AsyncConnectionPool[Any]:
+    """A pool of autocommit connections on ``libpq_url`` (with the libpq
+    defaults), not opened yet: within ``options``' bounds, or of exactly
+    ``size`` connections.
+
+    ``check_connection``: after a server restart, pooled connections are dead;
+    each is tested when handed out and replaced if broken, and the pool keeps
+    reconnecting in the background meanwhile."""
+    return AsyncConnectionPool(
+        with_libpq_defaults(libpq_url, idle_in_transaction=options.timeout),
+        kwargs={"autocommit": True},
+        min_size=options.pool_min_size if size is None else size,
+        max_size=options.pool_max_size if size is None else size,
+        timeout=options.timeout,
+        check=AsyncConnectionPool.check_connection,
+        name=name,
+        open=False,
+    )
 
 
 def redact(conninfo: str) -> str:

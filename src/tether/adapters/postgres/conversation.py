@@ -1,29 +1,30 @@
-"""Conversations in PostgreSQL: a row per conversation, a row per message."""
+"""Conversations in PostgreSQL: a row per conversation, a row per message.
+
+The store maps the interface onto them; how a row reads as a record is in
+``_conversation_rows``, the writes that hold a conversation's row lock in
+``_conversation_locked``, the statements in ``queries_conversation``.
+"""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from pydantic import ValidationError
 
-from tether.adapters.conversation_record import (
-    Append,
-    Clock,
-    ConversationRecord,
-    Removal,
-    stamp,
-    title_of,
-    utc_now,
+from tether.adapters.conversation_record import Append, Clock, Removal, stamp, utc_now
+from tether.adapters.postgres import _conversation_locked as locked
+from tether.adapters.postgres import queries_conversation as queries
+from tether.adapters.postgres._conversation_rows import (
+    decode_cursor,
+    encode_cursor,
+    json_text,
+    record_of,
+    summary_of,
 )
-from tether.adapters.postgres import queries
 from tether.adapters.postgres._keys import check_ids, row_key
 from tether.adapters.postgres._store import PostgresStore
 from tether.adapters.postgres.database import PostgresDatabase
@@ -34,11 +35,8 @@ from tether.domain.chat_conversation_store import (
     LastTurnStatus,
     normalize_owner,
 )
-from tether.domain.chat_message import ChatMessage, ChatMessageSender, ConversationContext
-from tether.domain.store_errors import StoreCorruptedError, StoreError
-
-# Request metadata kept as of the latest turn that carried it (see ``Append``).
-_METADATA = {"user_roles", "user_tenants", "user_agent_id", "bot_params", "conversation_context"}
+from tether.domain.chat_message import ChatMessage, ConversationContext
+from tether.domain.store_errors import StoreCorruptedError
 
 
 class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
@@ -106,31 +104,11 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         check_ids(agent_identifier)
         # Serialized before the transaction: a message that is not JSON fails
         # without holding the row lock.
-        documents = [_json(message.model_dump(mode="json")) for message in messages]
+        documents = [json_text(message.model_dump(mode="json")) for message in messages]
         now = stamp(self._clock)
 
         async def append(cursor: AsyncCursor[DictRow]) -> None:
-            # Twice at most: if a concurrent creator wins the insert, lock its row.
-            for _ in range(2):
-                await cursor.execute(queries.LOCK_CONVERSATION, {"key": key})
-                row = await cursor.fetchone()
-                updated = change.apply(None if row is None else _record(row), now)
-                if updated is None:
-                    return
-                params = _write_params(key, updated, row, messages)
-                if row is None:
-                    await cursor.execute(queries.CREATE_CONVERSATION, params)
-                    if await cursor.fetchone() is None:
-                        continue
-                else:
-                    await cursor.execute(queries.UPDATE_CONVERSATION, params)
-                first_position = 0 if row is None else row["message_count"]
-                await cursor.execute(
-                    queries.APPEND_MESSAGES,
-                    {"key": key, "first_position": first_position, "messages": documents},
-                )
-                return
-            raise StoreError(f"conversation {session_id!r} kept changing under an append; retry")
+            await locked.append(cursor, key, change, documents, now)
 
         await self._database.run(append, transaction=True)
 
@@ -178,53 +156,11 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         check_ids(agent_identifier, *message_ids)
         # Serialized before the transaction: a message that is not JSON fails
         # without holding the row lock.
-        documents = [_json(message.model_dump(mode="json")) for message in messages]
+        documents = [json_text(message.model_dump(mode="json")) for message in messages]
         now = stamp(self._clock)
 
         async def append(cursor: AsyncCursor[DictRow]) -> bool:
-            # Twice at most: if a concurrent creator wins the insert, lock its row.
-            for _ in range(2):
-                await cursor.execute(queries.LOCK_CONVERSATION, {"key": key})
-                row = await cursor.fetchone()
-                present: set[str] = set()
-                if row is not None and message_ids:
-                    # A statement after the lock: its snapshot sees every append
-                    # that committed before this transaction got the row.
-                    await cursor.execute(
-                        queries.PRESENT_MESSAGE_IDS, {"key": key, "message_ids": message_ids}
-                    )
-                    present = {found["message_id"] for found in await cursor.fetchall()}
-                positions = [
-                    position
-                    for position, message in enumerate(messages)
-                    if not message.message_id or message.message_id not in present
-                ]
-                missing = [messages[position] for position in positions]
-                # The record read here holds no messages: the transcript was
-                # deduplicated above, so ``apply_fenced`` sees only the missing ones.
-                updated, accepted = replace(change, messages=missing).apply_fenced(
-                    None if row is None else _record(row), now, epoch
-                )
-                if updated is None:
-                    return accepted
-                params = _write_params(key, updated, row, missing)
-                if row is None:
-                    await cursor.execute(queries.CREATE_CONVERSATION, params)
-                    if await cursor.fetchone() is None:
-                        continue
-                else:
-                    await cursor.execute(queries.UPDATE_CONVERSATION, params)
-                if positions:
-                    await cursor.execute(
-                        queries.APPEND_MESSAGES,
-                        {
-                            "key": key,
-                            "first_position": 0 if row is None else row["message_count"],
-                            "messages": [documents[position] for position in positions],
-                        },
-                    )
-                return True
-            raise StoreError(f"conversation {session_id!r} kept changing under an append; retry")
+            return await locked.append_fenced(cursor, key, change, documents, now, epoch)
 
         return await self._database.run(append, transaction=True)
 
@@ -250,42 +186,11 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         """
         removal = Removal.of(requester_uuid, message_ids, last_turn_status)
         key = _conversation_key(tenant, requester_uuid, session_id)
-        ids = sorted(removal.message_ids)
-        check_ids(*ids)
+        check_ids(*sorted(removal.message_ids))
         now = stamp(self._clock)
 
         async def remove(cursor: AsyncCursor[DictRow]) -> bool:
-            await cursor.execute(queries.LOCK_CONVERSATION, {"key": key})
-            row = await cursor.fetchone()
-            # The record read here holds no messages: only its owner, fence and
-            # status matter to ``apply_fenced``; the messages are removed in SQL.
-            updated, accepted = removal.apply_fenced(
-                None if row is None else _record(row), now, epoch
-            )
-            if row is None or updated is None:
-                return accepted
-            removed: list[int] = []
-            if ids:
-                await cursor.execute(queries.REMOVE_MESSAGES, {"key": key, "message_ids": ids})
-                removed = [found["position"] for found in await cursor.fetchall()]
-            new_title = row["title"]
-            if removed:
-                params = {"key": key, "removed": removed, "lowest": min(removed)}
-                await cursor.execute(queries.CLOSE_GAPS_AWAY, params)
-                await cursor.execute(queries.CLOSE_GAPS_BACK, {"key": key})
-                new_title = await _first_user_title(cursor, key)
-            await cursor.execute(
-                queries.UPDATE_CONVERSATION_AFTER_REMOVAL,
-                {
-                    "key": key,
-                    "last_turn_status": updated.last_turn_status,
-                    "title": new_title,
-                    "message_count": row["message_count"] - len(removed),
-                    "fence_epoch": updated.fence_epoch,
-                    "updated_at": updated.updated_at,
-                },
-            )
-            return True
+            return await locked.remove_fenced(cursor, key, removal, now, epoch)
 
         return await self._database.run(remove, transaction=True)
 
@@ -323,7 +228,7 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         rows = await self._database.fetch_all(queries.READ_TRANSCRIPT, {"key": key})
         if not rows:
             return []
-        _record(rows[0]).require_readable(requester_uuid)
+        record_of(rows[0]).require_readable(requester_uuid)
         try:
             return [
                 ChatMessage.model_validate(row["message"])
@@ -344,9 +249,9 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         row = await self._database.fetch_one(queries.READ_SUMMARY, {"key": key})
         if row is None:
             return None
-        record = _record(row)
+        record = record_of(row)
         record.require_readable(requester_uuid)
-        return _summary(record, row)
+        return summary_of(record, row)
 
     async def list_conversations(
         self,
@@ -369,10 +274,10 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         if cursor is None:
             rows = await self._database.fetch_all(queries.LIST_CONVERSATIONS, params)
         else:
-            params["after_updated_at"], params["after_key"] = _decode_cursor(cursor)
+            params["after_updated_at"], params["after_key"] = decode_cursor(cursor)
             rows = await self._database.fetch_all(queries.LIST_CONVERSATIONS_AFTER, params)
-        items = [_summary(_record(row), row) for row in rows[:limit]]
-        next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+        items = [summary_of(record_of(row), row) for row in rows[:limit]]
+        next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
         return ConversationPage(items=items, next_cursor=next_cursor)
 
     async def list_stale_conversations(
@@ -386,10 +291,10 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         if cursor is None:
             rows = await self._database.fetch_all(queries.LIST_STALE_CONVERSATIONS, params)
         else:
-            params["after_updated_at"], params["after_key"] = _decode_cursor(cursor)
+            params["after_updated_at"], params["after_key"] = decode_cursor(cursor)
             rows = await self._database.fetch_all(queries.LIST_STALE_CONVERSATIONS_AFTER, params)
-        items = [_summary(_record(row), row) for row in rows[:limit]]
-        next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+        items = [summary_of(record_of(row), row) for row in rows[:limit]]
+        next_cursor = encode_cursor(rows[limit - 1]) if len(rows) > limit else None
         return ConversationPage(items=items, next_cursor=next_cursor)
 
     async def set_shared(
@@ -418,100 +323,9 @@ class PostgresChatConversationStore(PostgresStore, ChatConversationStore):
         # conversation appeared in between, the write ordered before it: a no-op.
         row = await self._database.fetch_one(queries.READ_SUMMARY, {"key": key})
         if row is not None:
-            _record(row).require_owner(requester_uuid)
+            record_of(row).require_owner(requester_uuid)
 
 
 def _conversation_key(tenant: str, requester_uuid: str | None, session_id: str) -> bytes:
     check_ids(tenant, normalize_owner(requester_uuid), session_id)
     return row_key(tenant, session_id)
-
-
-def _json(document: Any) -> str:
-    return json.dumps(document, allow_nan=False, separators=(",", ":"))
-
-
-def _record(row: DictRow) -> ConversationRecord:
-    """The stored conversation, without its messages."""
-    try:
-        return ConversationRecord(
-            tenant=row["tenant"],
-            session_id=row["session_id"],
-            owner_uuid=row["owner_uuid"],
-            agent_identifier=row["agent_identifier"],
-            shared=row["shared"],
-            last_turn_status=row["last_turn_status"],
-            created_at=row["created_at"].astimezone(UTC),
-            updated_at=row["updated_at"].astimezone(UTC),
-            title=row["title"] or "",
-            # Only the locking read selects the fence; the others do not need it.
-            fence_epoch=row.get("fence_epoch") or 0,
-            **(row.get("metadata") or {}),
-        )
-    except (ValidationError, TypeError) as error:
-        raise StoreCorruptedError(
-            f"tether_conversations row of {(row.get('tenant'), row.get('session_id'))!r} "
-            f"is not a valid conversation ({error}); left as is"
-        ) from error
-
-
-async def _first_user_title(cursor: AsyncCursor[DictRow], key: bytes) -> str | None:
-    # NULL when no user message is left, so the next one names the conversation
-    # (as in ``_write_params``).
-    await cursor.execute(
-        queries.FIRST_USER_MESSAGE, {"key": key, "sender": ChatMessageSender.USER.value}
-    )
-    found = await cursor.fetchone()
-    if found is None:
-        return None
-    try:
-        first = ChatMessage.model_validate(found["message"])
-    except ValidationError as error:
-        raise StoreCorruptedError(
-            f"tether_conversation_messages hold an invalid message ({error}); left as is"
-        ) from error
-    return title_of([first])
-
-
-def _summary(record: ConversationRecord, row: DictRow) -> ConversationSummary:
-    return record.summary().model_copy(update={"message_count": row["message_count"]})
-
-
-def _write_params(
-    key: bytes, updated: ConversationRecord, row: DictRow | None, messages: list[ChatMessage]
-) -> dict[str, Any]:
-    # The title is the first user message's; until one arrives it stays NULL, so
-    # a first user message whose title is "" still counts as the first.
-    title = None if row is None else row["title"]
-    if title is None and any(message.sender is ChatMessageSender.USER for message in messages):
-        title = updated.title
-    return {
-        "key": key,
-        "owner_key": row_key(updated.tenant, updated.owner_uuid),
-        "tenant": updated.tenant,
-        "session_id": updated.session_id,
-        "owner_uuid": updated.owner_uuid,
-        "agent_identifier": updated.agent_identifier,
-        "last_turn_status": updated.last_turn_status,
-        "title": title,
-        "message_count": (0 if row is None else row["message_count"]) + len(messages),
-        "metadata": _json(updated.model_dump(mode="json", include=_METADATA)),
-        "fence_epoch": updated.fence_epoch,
-        "created_at": updated.created_at,
-        "updated_at": updated.updated_at,
-    }
-
-
-def _encode_cursor(row: DictRow) -> str:
-    position = [row["updated_at"].astimezone(UTC).isoformat(), bytes(row["key"]).hex()]
-    return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, bytes]:
-    try:
-        updated_at, key = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        position = (datetime.fromisoformat(updated_at), bytes.fromhex(key))
-    except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
-        raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
-    if position[0].tzinfo is None or len(position[1]) != 32:
-        raise ValueError(f"malformed conversation cursor: {cursor!r}")
-    return position

@@ -6,17 +6,17 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
-import psycopg
 from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from tether.adapters.postgres import migrations
-from tether.adapters.postgres._conninfo import redact, split_store_url, with_libpq_defaults
+from tether.adapters.postgres._conninfo import pool_on, redact, split_store_url
+from tether.adapters.postgres._errors import again_on_conflict, translated
 from tether.adapters.postgres._notifications import ChangeListener
 from tether.domain.chat_stream_recording_store import ChangeSubscription
 from tether.domain.store_errors import StoreError, StoreUnavailableError
@@ -25,14 +25,6 @@ from tether.domain.tombstones import TombstoneKeyError
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-# A statement PostgreSQL aborted as a deadlock or serialization victim changed
-# nothing, so it is always safe to send again.
-_CONFLICT_ATTEMPTS = 3
-
-
-class _ConflictError(StoreError):
-    """A statement lost a deadlock or serialization conflict (and changed nothing)."""
 
 
 class PostgresDatabase:
@@ -102,22 +94,9 @@ class PostgresDatabase:
         ``pool_max_size`` and ``timeout``. Raises ``StoreURLError`` for a bad URL.
         """
         libpq_url, options = split_store_url(url)
-        conninfo = with_libpq_defaults(libpq_url, idle_in_transaction=options.timeout)
 
         def build_pool() -> AsyncConnectionPool[Any]:
-            # check_connection: after a server restart, pooled connections are
-            # dead; each is tested when handed out and replaced if broken, and
-            # the pool keeps reconnecting in the background meanwhile.
-            return AsyncConnectionPool(
-                conninfo,
-                kwargs={"autocommit": True},
-                min_size=options.pool_min_size,
-                max_size=options.pool_max_size,
-                timeout=options.timeout,
-                check=AsyncConnectionPool.check_connection,
-                name="tether",
-                open=False,
-            )
+            return pool_on(libpq_url, options, name="tether")
 
         database = cls(build_pool(), create_schema=options.create_schema, timeout=options.timeout)
         database._pool_factory = build_pool
@@ -133,16 +112,7 @@ class PostgresDatabase:
         if self._url is None:
             raise NotImplementedError("a database built on a given pool cannot be copied")
         libpq_url, options = split_store_url(self._url)
-        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            with_libpq_defaults(libpq_url, idle_in_transaction=options.timeout),
-            kwargs={"autocommit": True},
-            min_size=1,
-            max_size=1,
-            timeout=options.timeout,
-            check=AsyncConnectionPool.check_connection,
-            name="tether-leases",
-            open=False,
-        )
+        pool = pool_on(libpq_url, options, name="tether-leases", size=1)
         database = type(self)(pool, create_schema=False, timeout=options.timeout)
         database.display_url = self.display_url
         return database
@@ -272,14 +242,7 @@ class PostgresDatabase:
         The lost transaction was rolled back and changed nothing, so ``work``
         starts over on a fresh transaction: it must not carry state between calls.
         """
-        for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
-            try:
-                return await self.run(work, transaction=True)
-            except _ConflictError:
-                if attempt == _CONFLICT_ATTEMPTS:
-                    raise
-                logger.info("transaction lost a conflict; running it again (%d)", attempt)
-        raise AssertionError("unreachable")
+        return await again_on_conflict(lambda: self.run(work, transaction=True), "transaction")
 
     async def fetch_all(self, query: str, params: Mapping[str, Any]) -> list[DictRow]:
         """Run one statement and return its rows; a deadlock victim is sent again."""
@@ -288,14 +251,7 @@ class PostgresDatabase:
             await cursor.execute(query, params)
             return await cursor.fetchall() if cursor.description is not None else []
 
-        for attempt in range(1, _CONFLICT_ATTEMPTS + 1):
-            try:
-                return await self.run(fetch)
-            except _ConflictError:
-                if attempt == _CONFLICT_ATTEMPTS:
-                    raise
-                logger.info("statement lost a conflict; sending it again (%d)", attempt)
-        raise AssertionError("unreachable")
+        return await again_on_conflict(lambda: self.run(fetch), "statement")
 
     async def fetch_one(self, query: str, params: Mapping[str, Any]) -> DictRow | None:
         """Run one statement and return its first row, or None."""
@@ -416,27 +372,11 @@ class PostgresDatabase:
             async with connection:
                 yield connection
 
-    @asynccontextmanager
-    async def _translated(
+    def _translated(
         self, within: float | None, unavailable: str = "is unavailable"
-    ) -> AsyncIterator[None]:
-        """Driver errors (and taking longer than ``within`` s) out as tether's store errors."""
-        url = self.display_url
-        try:
-            async with asyncio.timeout(within):
-                yield
-        except StoreError:
-            raise
-        except TimeoutError as error:
-            raise StoreUnavailableError(
-                f"PostgreSQL at {url} {unavailable}: no answer within {within:g} s"
-            ) from error
-        except psycopg.errors.TransactionRollback as error:
-            raise _ConflictError(f"PostgreSQL at {url}: {error}") from error
-        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as error:
-            raise StoreUnavailableError(f"PostgreSQL at {url} {unavailable}: {error}") from error
-        except psycopg.Error as error:
-            raise StoreError(f"PostgreSQL at {url} refused the request: {error}") from error
+    ) -> AbstractAsyncContextManager[None]:
+        """Driver errors (and taking longer than ``within`` s) out as store errors."""
+        return translated(self.display_url, within, unavailable)
 
 
 async def _resolve(value: Any) -> Any:

@@ -11,7 +11,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 from pydantic import ValidationError
 
-from tether.adapters.postgres import queries
+from tether.adapters.postgres import queries, queries_supervision
 from tether.adapters.postgres._keys import (
     DEAD_TURNS_KEY,
     check_ids,
@@ -104,12 +104,12 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
             return await self._claim(params)
         params["expected_epoch"] = expected_epoch
         params["relaxed_commit"] = _is_heartbeat(expected_epoch, supervision)
-        row = await self._database.fetch_one(queries.SWAP_SUPERVISION, params)
+        row = await self._database.fetch_one(queries_supervision.SWAP_SUPERVISION, params)
         return row is not None and row["written"] == 1
 
     async def _claim(self, params: dict[str, Any]) -> bool:
         async def claim(cursor: AsyncCursor[DictRow]) -> bool:
-            await cursor.execute(queries.CLAIM_SUPERVISION, params)
+            await cursor.execute(queries_supervision.CLAIM_SUPERVISION, params)
             row = await cursor.fetchone()
             if row is None or row["written"] != 1:
                 return False
@@ -138,14 +138,16 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
             params = _batch_params(batch)
             if all(swap.expected_epoch is not None for _, swap, _ in batch):
                 # No claim, nothing to roll back: one autocommit statement.
-                return await self._database.fetch_all(queries.SWAP_SUPERVISION_MANY, params)
+                return await self._database.fetch_all(
+                    queries_supervision.SWAP_SUPERVISION_MANY, params
+                )
             return await self._claim_round(params)
 
         return await written_per_item(swaps, write_round)
 
     async def _claim_round(self, params: dict[str, Any]) -> list[DictRow]:
         async def write(cursor: AsyncCursor[DictRow]) -> list[DictRow]:
-            await cursor.execute(queries.SWAP_SUPERVISION_MANY, params)
+            await cursor.execute(queries_supervision.SWAP_SUPERVISION_MANY, params)
             rows = await cursor.fetchall()
             if any(row["stale"] for row in rows):
                 raise _StaleClaimError
@@ -164,7 +166,9 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         """The highest epoch ever written for the conversation, ``0`` when none;
         kept when the row is deleted."""
         key = session_key(tenant, requester_uuid, session_id)
-        row = await self._database.fetch_one(queries.LAST_SUPERVISION_EPOCH, {"key": key})
+        row = await self._database.fetch_one(
+            queries_supervision.LAST_SUPERVISION_EPOCH, {"key": key}
+        )
         return 0 if row is None else int(row["epoch"])
 
     async def read(
@@ -172,7 +176,7 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
     ) -> ChatStreamSupervision | None:
         """The current row, or None."""
         key = session_key(tenant, requester_uuid, session_id)
-        row = await self._database.fetch_one(queries.READ_SUPERVISION, {"key": key})
+        row = await self._database.fetch_one(queries_supervision.READ_SUPERVISION, {"key": key})
         if row is None:
             return None
         try:
@@ -193,7 +197,7 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         except ValueError:
             return None  # an id no text column can hold is in no row
         row = await self._database.fetch_one(
-            queries.FIND_SUPERVISION_BY_MESSAGE,
+            queries_supervision.FIND_SUPERVISION_BY_MESSAGE,
             {"message_id": message_id, "tenant": tenant, "requester_uuid": requester_uuid or ""},
         )
         return None if row is None else str(row["session_id"])
@@ -210,13 +214,14 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         if heartbeat_before.tzinfo is None:
             heartbeat_before = heartbeat_before.replace(tzinfo=UTC)
         rows = await self._database.fetch_all(
-            queries.LIST_STALE_SUPERVISION, {"heartbeat_before": heartbeat_before, "limit": limit}
+            queries_supervision.LIST_STALE_SUPERVISION,
+            {"heartbeat_before": heartbeat_before, "limit": limit},
         )
         return [_stale_turn(row) for row in rows]
 
     async def server_time(self) -> datetime:
         """The server's clock (``clock_timestamp()``), in UTC: one round trip."""
-        row = await self._database.fetch_one(queries.SERVER_TIME, {})
+        row = await self._database.fetch_one(queries_supervision.SERVER_TIME, {})
         if row is None or not isinstance(row["now"], datetime):
             raise StoreError("PostgreSQL did not answer clock_timestamp() with a time")
         now: datetime = row["now"]
@@ -235,7 +240,8 @@ class PostgresChatStreamSupervisionStore(PostgresStore, ChatStreamSupervisionSto
         check_ids(message_id)
         key = session_key(tenant, requester_uuid, session_id)
         await self._database.execute(
-            queries.DELETE_SUPERVISION, {"key": key, "message_id": message_id, "epoch": epoch}
+            queries_supervision.DELETE_SUPERVISION,
+            {"key": key, "message_id": message_id, "epoch": epoch},
         )
 
 

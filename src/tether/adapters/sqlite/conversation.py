@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from tether.adapters.conversation_record import (
-    Append,
-    Clock,
-    ConversationRecord,
-    Removal,
-    stamp,
-    utc_now,
-)
+from tether.adapters.conversation_record import Append, Clock, Removal, stamp, utc_now
 from tether.adapters.sqlite import _codec, queries
+from tether.adapters.sqlite._conversation_rows import (
+    decode_cursor,
+    decode_stale_cursor,
+    encode_cursor,
+    encode_stale_cursor,
+    read_readable,
+    read_record,
+    summary_of,
+    where,
+    write_record,
+)
 from tether.adapters.sqlite._store import SQLiteStore
 from tether.adapters.sqlite.database import Lane, SQLiteDatabase
 from tether.domain.chat_conversation_store import (
@@ -29,7 +30,6 @@ from tether.domain.chat_conversation_store import (
     normalize_owner,
 )
 from tether.domain.chat_message import ChatMessage, ConversationContext
-from tether.domain.store_errors import StoreCorruptedError
 
 
 class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
@@ -88,10 +88,10 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         )
 
         def append(connection: sqlite3.Connection) -> None:
-            current = _read(connection, tenant, session_id)
+            current = read_record(connection, tenant, session_id)
             updated = change.apply(current, stamp(self._clock))
             if updated is not None:
-                _write(connection, updated)
+                write_record(connection, updated)
 
         await self._database.write(Lane.DURABLE, append)
 
@@ -131,10 +131,10 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         )
 
         def append(connection: sqlite3.Connection) -> bool:
-            current = _read(connection, tenant, session_id)
+            current = read_record(connection, tenant, session_id)
             updated, accepted = change.apply_fenced(current, stamp(self._clock), epoch)
             if updated is not None:
-                _write(connection, updated)
+                write_record(connection, updated)
             return accepted
 
         return await self._database.write(Lane.DURABLE, append)
@@ -157,10 +157,10 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         removal = Removal.of(requester_uuid, message_ids, last_turn_status)
 
         def remove(connection: sqlite3.Connection) -> bool:
-            current = _read(connection, tenant, session_id)
+            current = read_record(connection, tenant, session_id)
             updated, accepted = removal.apply_fenced(current, stamp(self._clock), epoch)
             if updated is not None:
-                _write(connection, updated)
+                write_record(connection, updated)
             return accepted
 
         return await self._database.write(Lane.DURABLE, remove)
@@ -172,12 +172,12 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         falls); a no-op when no conversation exists. Durable when it returns."""
 
         def fence(connection: sqlite3.Connection) -> None:
-            record = _read(connection, tenant, session_id)
+            record = read_record(connection, tenant, session_id)
             # Unchanged rows are not rewritten: a repeated fence costs no write.
             if record is None or record.fence_epoch >= epoch:
                 return
             record.fence_epoch = epoch
-            _write(connection, record)
+            write_record(connection, record)
 
         await self._database.write(Lane.DURABLE, fence)
 
@@ -191,13 +191,13 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         """Set the last turn's status (owner only); a no-op when no conversation exists."""
 
         def set_status(connection: sqlite3.Connection) -> None:
-            record = _read(connection, tenant, session_id)
+            record = read_record(connection, tenant, session_id)
             if record is None:
                 return
             record.require_owner(requester_uuid)
             record.last_turn_status = last_turn_status
             record.updated_at = stamp(self._clock)
-            _write(connection, record)
+            write_record(connection, record)
 
         await self._database.write(Lane.DURABLE, set_status)
 
@@ -206,7 +206,7 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
     ) -> list[ChatMessage]:
         """The messages (owner, or anyone when shared); ``[]`` when missing."""
         record = await self._database.read(
-            Lane.DURABLE, lambda c: _read_readable(c, tenant, requester_uuid, session_id)
+            Lane.DURABLE, lambda c: read_readable(c, tenant, requester_uuid, session_id)
         )
         return [] if record is None else record.messages
 
@@ -215,7 +215,7 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
     ) -> ConversationSummary | None:
         """The summary (owner, or anyone when shared); None when missing."""
         record = await self._database.read(
-            Lane.DURABLE, lambda c: _read_readable(c, tenant, requester_uuid, session_id)
+            Lane.DURABLE, lambda c: read_readable(c, tenant, requester_uuid, session_id)
         )
         return None if record is None else record.summary()
 
@@ -238,17 +238,17 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         }
         statement = queries.CONVERSATION_LIST_FIRST
         if cursor is not None:
-            after_us, after_session = _decode_cursor(cursor)
+            after_us, after_session = decode_cursor(cursor)
             values.update(after_us=after_us, after_session=_codec.key(after_session))
             statement = queries.CONVERSATION_LIST_AFTER
 
         def listing(connection: sqlite3.Connection) -> list[ConversationSummary]:
             rows = connection.execute(statement, values).fetchall()
-            return [_summary(tenant, session, summary) for session, summary in rows]
+            return [summary_of(tenant, session, summary) for session, summary in rows]
 
         summaries = await self._database.read(Lane.DURABLE, listing)
         items = summaries[:limit]
-        next_cursor = _encode_cursor(items[-1]) if len(summaries) > limit else None
+        next_cursor = encode_cursor(items[-1]) if len(summaries) > limit else None
         return ConversationPage(items=items, next_cursor=next_cursor)
 
     async def list_stale_conversations(
@@ -264,7 +264,7 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         }
         statement = queries.CONVERSATION_LIST_STALE_FIRST
         if cursor is not None:
-            after_us, after_tenant, after_session = _decode_stale_cursor(cursor)
+            after_us, after_tenant, after_session = decode_stale_cursor(cursor)
             values.update(
                 after_us=after_us,
                 after_tenant=_codec.key(after_tenant),
@@ -275,13 +275,13 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         def listing(connection: sqlite3.Connection) -> list[ConversationSummary]:
             rows = connection.execute(statement, values).fetchall()
             return [
-                _summary(_codec.text(tenant, "a conversation row's tenant"), session, summary)
+                summary_of(_codec.text(tenant, "a conversation row's tenant"), session, summary)
                 for tenant, session, summary in rows
             ]
 
         summaries = await self._database.read(Lane.DURABLE, listing)
         items = summaries[:limit]
-        next_cursor = _encode_stale_cursor(items[-1]) if len(summaries) > limit else None
+        next_cursor = encode_stale_cursor(items[-1]) if len(summaries) > limit else None
         return ConversationPage(items=items, next_cursor=next_cursor)
 
     async def set_shared(
@@ -290,12 +290,12 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         """Share or unshare (owner only); a no-op when no conversation exists."""
 
         def share(connection: sqlite3.Connection) -> None:
-            record = _read(connection, tenant, session_id)
+            record = read_record(connection, tenant, session_id)
             if record is None:
                 return
             record.require_owner(requester_uuid)
             record.shared = shared
-            _write(connection, record)
+            write_record(connection, record)
 
         await self._database.write(Lane.DURABLE, share)
 
@@ -305,107 +305,11 @@ class SQLiteChatConversationStore(SQLiteStore, ChatConversationStore):
         """Remove the conversation (owner only); returns whether one existed."""
 
         def delete(connection: sqlite3.Connection) -> bool:
-            record = _read(connection, tenant, session_id)
+            record = read_record(connection, tenant, session_id)
             if record is None:
                 return False
             record.require_owner(requester_uuid)
-            connection.execute(queries.CONVERSATION_DELETE, _where(tenant, session_id))
+            connection.execute(queries.CONVERSATION_DELETE, where(tenant, session_id))
             return True
 
         return await self._database.write(Lane.DURABLE, delete)
-
-
-def _where(tenant: str, session_id: str) -> dict[str, bytes]:
-    return {"tenant": _codec.key(tenant), "session": _codec.key(session_id)}
-
-
-def _described(tenant: str, session_id: str) -> str:
-    return (
-        f"the conversation row of tenant {_codec.shown(tenant)}, session {_codec.shown(session_id)}"
-    )
-
-
-def _read(
-    connection: sqlite3.Connection, tenant: str, session_id: str
-) -> ConversationRecord | None:
-    found = connection.execute(queries.CONVERSATION_READ, _where(tenant, session_id)).fetchone()
-    if found is None:
-        return None
-    what = _described(tenant, session_id)
-    record = _codec.load_model(ConversationRecord, found[0], what)
-    if (record.tenant, record.session_id) != (tenant, session_id):
-        raise StoreCorruptedError(f"{what} holds another conversation's record; left as is")
-    return record
-
-
-def _read_readable(
-    connection: sqlite3.Connection, tenant: str, requester_uuid: str | None, session_id: str
-) -> ConversationRecord | None:
-    record = _read(connection, tenant, session_id)
-    if record is not None:
-        record.require_readable(requester_uuid)
-    return record
-
-
-def _write(connection: sqlite3.Connection, record: ConversationRecord) -> None:
-    connection.execute(
-        queries.CONVERSATION_UPSERT,
-        {
-            **_where(record.tenant, record.session_id),
-            "owner": _codec.key(record.owner_uuid),
-            "updated_us": _codec.microseconds(record.updated_at),
-            "record": _codec.dump_model(record),
-            "summary": _codec.dump_model(record.summary()),
-        },
-    )
-
-
-def _summary(tenant: str, session: object, raw: object) -> ConversationSummary:
-    what = _described(
-        tenant, _codec.text(session, f"a conversation row of tenant {_codec.shown(tenant)}")
-    )
-    return _codec.load_model(ConversationSummary, raw, what)
-
-
-# The cursor is the last listed item's position, (updated_at in microseconds,
-# session id), as base64url JSON: opaque to callers, exact for SQL comparison.
-
-
-def _encode_cursor(item: ConversationSummary) -> str:
-    position = [_codec.microseconds(item.updated_at), item.session_id]
-    return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
-
-
-def _encode_stale_cursor(item: ConversationSummary) -> str:
-    position = [_codec.microseconds(item.updated_at), item.tenant, item.session_id]
-    return base64.urlsafe_b64encode(json.dumps(position).encode("ascii")).decode("ascii")
-
-
-def _decode_stale_cursor(cursor: str) -> tuple[int, str, str]:
-    try:
-        updated_us, tenant, session_id = json.loads(
-            base64.urlsafe_b64decode(cursor.encode("ascii"))
-        )
-    except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
-        raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
-    if not _is_position(updated_us) or not (
-        isinstance(tenant, str) and isinstance(session_id, str)
-    ):
-        raise ValueError(f"malformed conversation cursor: {cursor!r}")
-    return updated_us, tenant, session_id
-
-
-def _decode_cursor(cursor: str) -> tuple[int, str]:
-    try:
-        updated_us, session_id = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-    except (binascii.Error, UnicodeError, ValueError, TypeError) as exc:
-        raise ValueError(f"malformed conversation cursor: {cursor!r}") from exc
-    if not _is_position(updated_us) or not isinstance(session_id, str):
-        raise ValueError(f"malformed conversation cursor: {cursor!r}")
-    return updated_us, session_id
-
-
-def _is_position(updated_us: object) -> bool:
-    # SQLite integers are 64-bit: a larger one overflows in the driver, which
-    # would make a forged cursor a server error instead of a refusal.
-    return type(updated_us) is int and 0 <= updated_us < 2**63

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
-from tether.adapters.sqlite import queries
+from tether.adapters.sqlite import schema
 from tether.adapters.sqlite._connection_thread import ConnectionThread, in_transaction
 from tether.adapters.sqlite._url import DEFAULT_BUSY_TIMEOUT, parse_url
 from tether.domain.store_errors import StoreError
@@ -224,9 +224,9 @@ class SQLiteDatabase:
         try:
             # The durable connection creates the file and the schema first, so
             # the stream connection only ever opens a ready database.
-            await durable.connect(self._connector(queries.SET_SYNCHRONOUS_FULL))
+            await durable.connect(self._connector(schema.SET_SYNCHRONOUS_FULL))
             await durable.run(self._prepare)
-            await stream.connect(self._connector(queries.SET_SYNCHRONOUS_NORMAL))
+            await stream.connect(self._connector(schema.SET_SYNCHRONOUS_NORMAL))
         except BaseException:
             await durable.close()
             await stream.close()
@@ -242,7 +242,7 @@ class SQLiteDatabase:
             )
             try:
                 mode = self._while_busy(
-                    lambda: connection.execute(queries.SET_JOURNAL_MODE_WAL).fetchone()[0]
+                    lambda: connection.execute(schema.SET_JOURNAL_MODE_WAL).fetchone()[0]
                 )
                 if str(mode).lower() != "wal":
                     raise StoreError(
@@ -318,21 +318,21 @@ class SQLiteDatabase:
         _fsync_directory(self._path.parent)
 
     def _migrate(self, connection: sqlite3.Connection) -> None:
-        (version,) = connection.execute(queries.READ_USER_VERSION).fetchone()
-        if version > queries.SCHEMA_VERSION:
+        (version,) = connection.execute(schema.READ_USER_VERSION).fetchone()
+        if version > schema.SCHEMA_VERSION:
             raise StoreError(
                 f"SQLite store {self._name}: the schema is at version {version}, newer "
-                f"than this tether's {queries.SCHEMA_VERSION}; upgrade tether"
+                f"than this tether's {schema.SCHEMA_VERSION}; upgrade tether"
             )
-        for migration in queries.MIGRATIONS[version:]:
+        for migration in schema.MIGRATIONS[version:]:
             for statement in migration:
                 connection.execute(statement)
-        if version < queries.SCHEMA_VERSION:
-            connection.execute(queries.set_user_version(queries.SCHEMA_VERSION))
+        if version < schema.SCHEMA_VERSION:
+            connection.execute(schema.set_user_version(schema.SCHEMA_VERSION))
 
     def _check_tombstone_key(self, connection: sqlite3.Connection) -> None:
         """Record the key's check value on first use; refuse another key after."""
-        row = connection.execute(queries.TOMBSTONE_KEY_READ).fetchone()
+        row = connection.execute(schema.TOMBSTONE_KEY_READ).fetchone()
         try:
             self._tombstones.verify(
                 None if row is None else str(row[0]), f"SQLite store {self._name}"
@@ -340,19 +340,17 @@ class SQLiteDatabase:
         except TombstoneKeyError as error:
             raise StoreError(str(error)) from error
         if row is None:
-            connection.execute(
-                queries.TOMBSTONE_KEY_RECORD, {"check_value": self._tombstones.check}
-            )
+            connection.execute(schema.TOMBSTONE_KEY_RECORD, {"check_value": self._tombstones.check})
 
 
 def _durable_settings(connection: sqlite3.Connection) -> tuple[str, int, int]:
-    (mode,) = connection.execute(queries.READ_JOURNAL_MODE).fetchone()
-    (version,) = connection.execute(queries.READ_USER_VERSION).fetchone()
+    (mode,) = connection.execute(schema.READ_JOURNAL_MODE).fetchone()
+    (version,) = connection.execute(schema.READ_USER_VERSION).fetchone()
     return str(mode), int(version), _synchronous(connection)
 
 
 def _synchronous(connection: sqlite3.Connection) -> int:
-    (level,) = connection.execute(queries.READ_SYNCHRONOUS).fetchone()
+    (level,) = connection.execute(schema.READ_SYNCHRONOUS).fetchone()
     return int(level)
 
 

@@ -3,7 +3,7 @@
 The repository works over a ``tether.adapters.sqlite.SQLiteDatabase``: the one
 the other SQLite stores of the same URL share (``tether serve`` passes it), or
 one of its own (``from_url``). Its two tables are created by the idempotent DDL
-of ``queries`` (where all of its SQL is, as ``MCP_*``) when it opens, inside a
+of ``queries_mcp`` (where all of its SQL is) when it opens, inside a
 ``BEGIN IMMEDIATE`` transaction, so replicas opening at once do not race; the
 backend's own schema version is not touched.
 
@@ -24,7 +24,7 @@ from tether.adapters.mcp._codec import RecordCodec
 from tether.adapters.mcp.encryption import NO_KEY_MESSAGE, MCPOAuthCipher
 from tether.adapters.mcp.records import MCPOAuthClientInfoRecord, MCPUserIntegrationRecord
 from tether.adapters.mcp.repository import MCPOAuthRepository, is_tombstone
-from tether.adapters.sqlite import Lane, SQLiteDatabase, queries
+from tether.adapters.sqlite import Lane, SQLiteDatabase, queries_mcp
 from tether.domain.store_errors import StoreCorruptedError
 
 
@@ -80,7 +80,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> list[MCPUserIntegrationRecord]:
         params = {"tenant": _id(tenant), "user": _id(user_uuid)}
         rows = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(queries.MCP_LIST_INTEGRATIONS, params).fetchall()
+            Lane.DURABLE, lambda c: c.execute(queries_mcp.LIST_INTEGRATIONS, params).fetchall()
         )
         records = [self._codec.integration(_json(row[0]), _WHERE) for row in rows]
         wanted = None if server_names is None else set(server_names)
@@ -91,7 +91,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPUserIntegrationRecord | None:
         params = _row(tenant, user_uuid, server_name)
         row = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(queries.MCP_GET_INTEGRATION, params).fetchone()
+            Lane.DURABLE, lambda c: c.execute(queries_mcp.GET_INTEGRATION, params).fetchone()
         )
         return None if row is None else self._codec.integration(_json(row[0]), _WHERE)
 
@@ -100,20 +100,20 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPUserIntegrationRecord | None:
         params = {"state": _id(state)}
         row = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(queries.MCP_FIND_BY_STATE, params).fetchone()
+            Lane.DURABLE, lambda c: c.execute(queries_mcp.FIND_BY_STATE, params).fetchone()
         )
         return None if row is None else self._codec.integration(_json(row[0]), _WHERE)
 
     async def save_user_integration(self, record: MCPUserIntegrationRecord) -> None:
         values = self._values(record)
         await self.database.write(
-            Lane.DURABLE, lambda c: _execute(c, queries.MCP_UPSERT_INTEGRATION, values)
+            Lane.DURABLE, lambda c: _execute(c, queries_mcp.UPSERT_INTEGRATION, values)
         )
 
     async def delete_user_integration(self, tenant: str, user_uuid: str, server_name: str) -> bool:
         params = _row(tenant, user_uuid, server_name)
         deleted = await self.database.write(
-            Lane.DURABLE, lambda c: c.execute(queries.MCP_DELETE_INTEGRATION, params).rowcount
+            Lane.DURABLE, lambda c: c.execute(queries_mcp.DELETE_INTEGRATION, params).rowcount
         )
         return bool(deleted)
 
@@ -129,13 +129,13 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
         def swap(connection: sqlite3.Connection) -> bool:
             if expected_revision is None:
                 if tombstone:
-                    found = connection.execute(queries.MCP_EXISTS_INTEGRATION, values).fetchone()
+                    found = connection.execute(queries_mcp.EXISTS_INTEGRATION, values).fetchone()
                     return found is None
-                query = queries.MCP_INSERT_INTEGRATION_IF_ABSENT
+                query = queries_mcp.INSERT_INTEGRATION_IF_ABSENT
             elif tombstone:
-                query = queries.MCP_DELETE_INTEGRATION_IF_REVISION
+                query = queries_mcp.DELETE_INTEGRATION_IF_REVISION
             else:
-                query = queries.MCP_UPDATE_INTEGRATION_IF_REVISION
+                query = queries_mcp.UPDATE_INTEGRATION_IF_REVISION
             return connection.execute(query, values).rowcount == 1
 
         return await self.database.write(Lane.DURABLE, swap)
@@ -145,7 +145,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> list[MCPOAuthClientInfoRecord]:
         params = {"tenant": _id(tenant)}
         rows = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(queries.MCP_LIST_CLIENTS, params).fetchall()
+            Lane.DURABLE, lambda c: c.execute(queries_mcp.LIST_CLIENTS, params).fetchall()
         )
         records = [self._codec.client_info(_json(row[0]), _CLIENTS) for row in rows]
         wanted = None if server_names is None else set(server_names)
@@ -156,7 +156,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
     ) -> MCPOAuthClientInfoRecord | None:
         params = {"tenant": _id(tenant), "server": _id(server_name)}
         row = await self.database.read(
-            Lane.DURABLE, lambda c: c.execute(queries.MCP_GET_CLIENT, params).fetchone()
+            Lane.DURABLE, lambda c: c.execute(queries_mcp.GET_CLIENT, params).fetchone()
         )
         return None if row is None else self._codec.client_info(_json(row[0]), _CLIENTS)
 
@@ -167,7 +167,7 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
             "document": _dump(self._codec.client_info_document(record)),
         }
         await self.database.write(
-            Lane.DURABLE, lambda c: _execute(c, queries.MCP_UPSERT_CLIENT, values)
+            Lane.DURABLE, lambda c: _execute(c, queries_mcp.UPSERT_CLIENT, values)
         )
 
     async def compare_and_swap_client_info(
@@ -179,9 +179,9 @@ class SQLiteMCPOAuthRepository(MCPOAuthRepository):
             "document": _dump(self._codec.client_info_document(record)),
         }
         if expected is None:
-            query = queries.MCP_INSERT_CLIENT_IF_ABSENT
+            query = queries_mcp.INSERT_CLIENT_IF_ABSENT
         else:
-            query, values["expected"] = queries.MCP_UPDATE_CLIENT_IF_REVISION, expected.revision
+            query, values["expected"] = queries_mcp.UPDATE_CLIENT_IF_REVISION, expected.revision
         return bool(
             await self.database.write(
                 Lane.DURABLE, lambda c: c.execute(query, values).rowcount == 1
@@ -226,7 +226,7 @@ def _execute(connection: sqlite3.Connection, query: str, values: dict[str, Any])
 
 
 def _create_tables(connection: sqlite3.Connection) -> None:
-    for statement in queries.MCP_CREATE_TABLES:
+    for statement in queries_mcp.CREATE_TABLES:
         connection.execute(statement)
 
 
