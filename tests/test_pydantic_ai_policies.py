@@ -22,7 +22,9 @@ with the same idempotency key, tells the model a ``fail`` call may or may not
 have happened without running it, and ends an ``ask`` call's turn with a
 question to the user without asking the model, as tether's own model/tool loop
 does (``tests/test_chat_client.py``); the follow-up to that question gets the
-refused call answered in its history.
+refused call answered in its history. And since PydanticAI runs the calls of
+one response side by side, where tether's loop runs them one at a time: while
+a resumed response asks, none of its other calls runs.
 """
 
 from __future__ import annotations
@@ -556,3 +558,64 @@ async def test_an_ask_call_cut_off_ends_the_turn_with_a_question_and_the_reply_c
     assert refused.outcome == "failed" and UNKNOWN in str(refused.content)
     assert _texts(history)[-1].endswith("Should I run it again, or check first?")
     assert desk.runs[-1] == Run("book_room", "yes, book it", f"{reply.message_id}:0", 1)
+
+
+def _ledger(state: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """A checkpoint's tool ledger: each call's tool and attempts started."""
+    records = (state.get("pydantic_ai") or {}).get("tools") or {}
+    return {call_id: (r["name"], r["started"]) for call_id, r in records.items()}
+
+
+@pytest.mark.parametrize("other", ["never started", "cut off"])
+async def test_while_a_call_asks_no_other_call_of_its_response_runs(
+    cluster: ScriptedCluster, desk: Desk, other: str
+) -> None:
+    """The model asked for two calls in one response, and PydanticAI runs them
+    side by side; the producer died inside the ``ask`` call. The resume asks
+    the user, and the other call does not run meanwhile: one that never
+    started is shown not run, one cut off too is shown of unknown outcome
+    (where tether's own loop, one call at a time, stops at the call that
+    asks). Before, the other call ran again beside the question (a write
+    that had never started ran while the turn asked whether to go on), and
+    one still running when the question ended the run was shown not run."""
+    second = "send_note" if other == "never started" else "lookup"
+    desk.tool = f"book_room+{second}"
+    agent_state = cluster.stores.agent_state
+    assert agent_state is not None
+    a, survivor = _replica(cluster), _replica(cluster)
+    desk.hold_tool("rivers")
+    if other == "never started":
+        # Its start's checkpoint never lands: the kill comes before it runs.
+        starting = hold(
+            agent_state,
+            "save_fenced",
+            when=lambda *args: ("send_note", 1) in _ledger(args[3]).values(),
+        )
+        turn = await _ask(a, "rivers")
+        await _reached(desk.entered["book_room"])
+        await starting.reached()
+    else:
+        turn = await _ask(a, "rivers")
+        await _reached(desk.entered["book_room"])
+        await _reached(desk.entered["lookup"])
+    await a.shutdown()
+    cluster.kill_by_silence()
+    saved = _ledger(await agent_state.load("t", "u", "s1"))
+    started = {"book_room": 1, second: 0 if other == "never started" else 1}
+    assert sorted(saved.values()) == sorted((t, n) for t, n in started.items() if n)
+
+    resumed = await _taken_over(turn, survivor, "takeover")
+    assert await cluster.ended(resumed) == "done"
+    assert [(r.tool, r.attempt) for r in desk.runs] == [
+        (tool, 1) for tool, n in started.items() if n
+    ], "nothing ran again, and nothing ran for the first time"
+    assert len(desk.requests) == 1, "the model is not asked to go on"
+    [answer] = [m for m in await _transcript(cluster) if m.sender is ChatMessageSender.BOT]
+    assert answer.content.endswith("Should I run it again, or check first?")
+    shown = {t.name: (t.status, str(t.response)) for t in _tools(answer)}
+    assert shown["book_room"][0] is ToolCallStatus.ERROR and UNKNOWN in shown["book_room"][1]
+    assert shown[second][0] is ToolCallStatus.ERROR
+    if other == "never started":
+        assert shown[second][1].startswith("Not run")
+    else:
+        assert UNKNOWN in shown[second][1]
