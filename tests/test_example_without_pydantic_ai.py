@@ -1,11 +1,12 @@
 """The example project serves without the pydantic-ai extra.
 
-Its setups name ``pydantic-writer``, a PydanticAI agent, and a setup whose
-agent is not registered stops the server at start-up. Without PydanticAI (the
-container image installs no such extra) a stand-in is registered under the
-name: the project loads and validates, and a turn of that agent fails saying
-what to install. Checked in a fresh interpreter where PydanticAI cannot be
-found, so this process's registry and imports are untouched.
+Its setups name ``pydantic-writer`` and ``pydantic-note-writer``, PydanticAI
+agents, and a setup whose agent is not registered stops the server at
+start-up. Without PydanticAI (the container image installs no such extra) a
+stand-in is registered under each name: the project loads and validates, and
+a turn of such an agent fails saying what to install. Checked in a fresh
+interpreter where PydanticAI cannot be found, so this process's registry and
+imports are untouched.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ _SCRIPT = textwrap.dedent(
         file_path=str(setups_file), secret_file_path=str(secrets_file)
     )
     LocalAgentRegistriesFactory(retriever, registry).validate()  # raises if it cannot serve
+    stand_in = registry.get("pydantic-note-writer")
+    assert stand_in is not None and stand_in.__name__ == "PydanticNoteWriterUnavailable"
     agent = registry.get("pydantic-writer")()
     print(type(agent).__name__)
 

@@ -9,6 +9,13 @@ survivor finds the turn dead, takes it over from its checkpoint (the
 PydanticAI history and the tool ledger), and the follower's stream ends
 ``done`` with the crash-free answer; the calculator ran once for the turn
 (every execution is a line in the cluster's tool log).
+
+And ``tether crash-test --fault tool --agent pydantic-note-writer`` passes
+its tool rounds: the producer of ``pydantic-note-writer`` (``note-writer`` on
+PydanticAI, its tools recording their runs in the crash test's tool-call
+ledger) is SIGKILLed inside a write (``on_unknown="fail"``: not run again, shown
+as of unknown outcome) and inside a read (``retry``: run again with the same
+idempotency key).
 """
 
 from __future__ import annotations
@@ -22,11 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from tests.support.services import import_or_skip
 
 import_or_skip("pydantic_ai", "install the pydantic-ai extra: make install-dev")
 
+from tether.cli.main import app  # noqa: E402
 from tether.cli.server_app import example_project_dir  # noqa: E402
 from tether.crashtest.client import TetherAPI  # noqa: E402
 from tether.crashtest.cluster import Cluster  # noqa: E402
@@ -39,15 +48,15 @@ PROMPT = "Tell me about rivers. Start by working out 2 * 1001."
 EXPRESSION = "2 * 1001"
 
 
-def _project(directory: Path) -> Path:
-    """The example project, its PydanticAI agent paced for a test: 160 chunks
-    at 40 a second, the calculator after 5."""
+def _project(directory: Path, agent: str = AGENT, answer_chunks: int = 160) -> Path:
+    """The example project, a PydanticAI agent of it paced for a test:
+    ``answer_chunks`` at 40 a second, the tools after 5."""
     shutil.copytree(example_project_dir(), directory)
     setups_file = directory / "agents" / "agent_setups.json"
     setups = json.loads(setups_file.read_text())
-    (setup,) = [s for s in setups if s["agent_identifier"] == AGENT]
+    (setup,) = [s for s in setups if s["agent_identifier"] == agent]
     setup["agent_configuration"]["llm"].update(
-        chunks_per_second=40, answer_chunks=160, tool_call_after_chunks=5
+        chunks_per_second=40, answer_chunks=answer_chunks, tool_call_after_chunks=5
     )
     setups_file.write_text(json.dumps(setups, indent=2))
     return directory
@@ -119,3 +128,40 @@ async def test_a_killed_producers_pydantic_ai_turn_ends_as_the_crash_free_one(
         transcript = await api.transcript(b.url, session)
         assert transcript is not None
         assert [m["content"] for m in transcript if m["sender"] == "bot"] == [reference["content"]]
+
+
+def test_the_crash_tests_tool_rounds_pass_with_a_pydantic_ai_agent(tmp_path: Path) -> None:
+    """Two tool rounds of one turn each (seed 2 draws a write, then a read),
+    ``--agent`` naming the tool agent as the only agent the rounds run."""
+    project = _project(tmp_path / "project", "pydantic-note-writer", answer_chunks=40)
+    report_file = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "crash-test", str(project), "--fault", "tool", "--agent", "pydantic-note-writer",
+            "--rounds", "2", "--conversations", "1", "--seed", "2", "--json", str(report_file),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_file.read_text())
+    assert report["settings"]["tool_agent"] == "pydantic-note-writer"
+    assert report["violations"] == 0 and report["turns_passed"] == report["turns"] == 2
+    assert [entry["variant"] for entry in report["results"]] == ["fail", "retry"]
+    for entry in report["results"]:
+        assert entry["final_status"] == "done" and entry["error"] is None
+        calls = {call["tool"]: call for call in entry["tool_calls"]}
+        read, write = calls["calculator"], calls["send_note"]
+        assert (read["call"], read["on_unknown"], write["call"], write["on_unknown"]) == (
+            0, "retry", 1, "fail",
+        )  # fmt: skip
+        if entry["variant"] == "fail":
+            # Cut off: run once, never again, shown so; the read before it not run again.
+            assert (write["attempts"], write["cut_off"], write["shown"]) == ([1], True, "unknown")
+            assert (read["attempts"], read["shown"]) == ([1], "completed")
+        else:
+            # Cut off, run again with the same key; the write after it ran once.
+            assert (read["attempts"], read["cut_off"], read["shown"]) == ([1, 2], True, "completed")
+            assert (write["attempts"], write["shown"]) == ([1], "completed")
+    counts = report["summary"]["tool_calls"]
+    assert (counts["at_most_once_ran_twice"], counts["completed_ran_again"]) == (0, 0)
+    assert counts["cut_off_at_most_once_shown_unknown"] == counts["cut_off_retry_ran_again"] == 1

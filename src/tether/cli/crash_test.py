@@ -40,6 +40,8 @@ EXIT_VIOLATIONS = 1
 EXIT_CANNOT_RUN = 2
 EXIT_INTERRUPTED = 130
 _MAY_GO_WITHOUT = ("conversation",)
+_LONG_AGENT = "long-writer"
+_TOOL_AGENT = "note-writer"
 _MAX_CONVERSATIONS = 200
 
 
@@ -118,21 +120,24 @@ def crash_test_command(
         Path | None, typer.Option("--json", help="Also write the report to this JSON file.")
     ] = None,
     agent: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="agent_identifier of the long agent, the one every round but tool rounds "
             "runs: a long, deterministic answer (so a resumed turn can be compared with a "
             "crash-free one) whose tool counts its runs in TETHER_TOOL_LOG, like the "
-            "example's long-writer or pydantic-writer (the same on PydanticAI)."
+            "example's long-writer (the default) or pydantic-writer (the same on "
+            "PydanticAI). With --fault tool and no --tool-agent: the tool agent."
         ),
-    ] = "long-writer",
+    ] = None,
     tool_agent: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="agent_identifier of the agent tool rounds run: its tools record their runs "
-            "in the crash test's tool-call ledger (tether.testing.tool_ledger.recorded)."
+            "in the crash test's tool-call ledger (tether.testing.tool_ledger.recorded), "
+            "like the example's note-writer (the default) or pydantic-note-writer (the "
+            "same on PydanticAI)."
         ),
-    ] = "note-writer",
+    ] = None,
     via_load_balancer: Annotated[
         bool,
         typer.Option(
@@ -165,6 +170,10 @@ def crash_test_command(
         raise typer.Exit(EXIT_CANNOT_RUN)
     project = (project_dir or example_project_dir()).resolve()
     agents = project_agents(project)
+    if tool_agent is None:
+        # Only tool rounds run: the agent named is the one they run.
+        tool_agent = agent if fault is FaultChoice.TOOL and agent is not None else _TOOL_AGENT
+    agent = agent or _LONG_AGENT
     if fault is not FaultChoice.TOOL and agent not in agents:
         console.print(
             f"[red]--agent {agent!r}: {project} does not define it (its setups name "
@@ -173,8 +182,8 @@ def crash_test_command(
         raise typer.Exit(EXIT_CANNOT_RUN)
     if fault is FaultChoice.TOOL and tool_agent not in agents:
         console.print(
-            f"[red]--fault tool runs the agent {tool_agent!r} (--tool-agent), which {project} "
-            "does not define[/red]"
+            f"[red]--fault tool runs the agent {tool_agent!r} (--tool-agent, or --agent "
+            f"without it), which {project} does not define[/red]"
         )
         raise typer.Exit(EXIT_CANNOT_RUN)
     workdir = Path(tempfile.mkdtemp(prefix="tether-crash-test-"))

@@ -25,7 +25,7 @@ from tether.testing.pause_in_write import install_from_env as install_crash_test
 
 def example_project_dir() -> Path:
     """The bundled example project (agents ``assistant``, ``long-writer``,
-    ``note-writer`` and ``pydantic-writer``)."""
+    ``note-writer``, ``pydantic-writer`` and ``pydantic-note-writer``)."""
     return Path(str(resources.files("tether") / "examples"))
 
 

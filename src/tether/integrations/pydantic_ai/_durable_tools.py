@@ -9,6 +9,13 @@ outcome, before the run sees the result. A resumed run asks again for the
 calls of its last response; a settled one gets its recorded outcome without
 running, and one that started and never settled follows its tool's
 ``on_unknown``.
+
+The calls of one response may run side by side (PydanticAI's default), where
+tether's own loop runs them one at a time. So whether a resumed response asks
+the user is decided from the ledger before any of its calls runs: while it
+asks, no other call of it starts (one that had started shows its outcome as
+unknown, one that had not as not run), as when tether's loop stops at the
+call that asks.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ ON_UNKNOWN_KEY = "on_unknown"
 ``@agent.tool_plain(metadata={"on_unknown": "fail"})``."""
 
 DEFAULT_ON_UNKNOWN: OnUnknown = "retry"
+
+NOT_RUN_WHILE_ASKING = "Not run: the answer stopped to ask the user about an earlier call."
 
 
 class AskTheUser(Exception):
@@ -67,6 +76,9 @@ class DurableTools(AbstractCapability[Any]):
     def __init__(self, run: PydanticAIRun, key_prefix: str) -> None:
         self.run = run
         self.key_prefix = key_prefix
+        self.asking = _asking(run)
+        """The id of the call whose cut-off makes this run ask the user, if
+        any: decided from the ledger as loaded, before any call runs."""
 
     async def wrap_tool_execute(
         self,
@@ -82,14 +94,21 @@ class DurableTools(AbstractCapability[Any]):
         if record.outcome is not None:
             return _replay(record)
         policy = on_unknown(tool_def)
-        if record.started and policy != "retry":
+        asking = self.asking
+        if record.started and (policy != "retry" or asking is not None):
+            # Cut off, and not run again (not even a retry while the run asks).
             record.outcome, record.value = "failed", unknown_outcome(call.tool_name)
             await self.run.request_checkpoint()
-            if policy == "ask":
+            if policy == "ask" or call.tool_call_id == asking:
                 raise AskTheUser(call.tool_name)
+            raise ToolFailed(record.value)
+        if asking is not None:
+            record.outcome, record.value = "failed", NOT_RUN_WHILE_ASKING
+            await self.run.request_checkpoint()
             raise ToolFailed(record.value)
         # Durable before the call runs: a resume knows it may have happened.
         record.started += 1
+        record.on_unknown = policy
         await self.run.request_checkpoint()
         index = self.run.call_index(call.tool_call_id)
         context = ToolCallContext(
@@ -115,6 +134,18 @@ class DurableTools(AbstractCapability[Any]):
     async def _settle(self, record: ToolCallRecord, outcome: Any, value: Any) -> None:
         record.outcome, record.value = outcome, value
         await self.run.request_checkpoint()
+
+
+def _asking(run: PydanticAIRun) -> str | None:
+    """A call the run was cut off in (started, never settled) whose tool says ``ask``."""
+    return next(
+        (
+            call_id
+            for call_id, record in run.tools.items()
+            if record.started and record.outcome is None and record.on_unknown == "ask"
+        ),
+        None,
+    )
 
 
 def _replay(record: ToolCallRecord) -> Any:

@@ -32,11 +32,14 @@ from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_message import ChatMessage, ToolCallStatus
 from tether.integrations.pydantic_ai._answer import ToolOutcome, answer, outcome_of
 from tether.integrations.pydantic_ai._conversation import history_and_prompt
-from tether.integrations.pydantic_ai._durable_tools import AskTheUser, DurableTools
+from tether.integrations.pydantic_ai._durable_tools import (
+    NOT_RUN_WHILE_ASKING,
+    AskTheUser,
+    DurableTools,
+    unknown_outcome,
+)
 from tether.integrations.pydantic_ai.run_state import PydanticAIRun, ToolCallRecord
 from tether.tools import current_turn_id
-
-_NOT_RUN_WHILE_ASKING = "Not run: the answer stopped to ask the user about an earlier call."
 
 
 class PydanticAIChatAgent(StreamableChatAgent):
@@ -119,11 +122,15 @@ class PydanticAIChatAgent(StreamableChatAgent):
         except* AskTheUser as group:
             asked = group.exceptions[0].args[0]
         if asked is not None:
-            # The response's other calls that never started: not run, and shown so.
+            # The response's other calls still open: not run, and shown so (or,
+            # had one started, as of unknown outcome).
             for part in self._answer(shown).content_parts or []:
                 tool = part.tool
                 if tool and tool.status is ToolCallStatus.RUNNING:
-                    shown[tool.tool_call_id] = (ToolCallStatus.ERROR, _NOT_RUN_WHILE_ASKING)
+                    record = state.tools.get(tool.tool_call_id)
+                    started = record is not None and record.started > 0
+                    why = unknown_outcome(tool.name) if started else NOT_RUN_WHILE_ASKING
+                    shown[tool.tool_call_id] = (ToolCallStatus.ERROR, why)
             state.notes.append(_ask_about(asked))
         state.finished = True
         await state.request_checkpoint()

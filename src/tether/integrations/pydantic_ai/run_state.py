@@ -23,6 +23,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from tether.domain.agent_dependency import AgentDependencyFactory, ResumableAgentDependency
 from tether.domain.turn_context import TurnContext
+from tether.tools import OnUnknown
 
 
 class ToolCallRecord(BaseModel):
@@ -31,6 +32,10 @@ class ToolCallRecord(BaseModel):
     name: str
     started: int = 0
     """Attempts started; a call started and not settled has an unknown outcome."""
+    on_unknown: OnUnknown | None = None
+    """Its tool's policy, recorded as it starts: a resume reads it for every
+    call cut off, before it meets the call itself (None in a checkpoint of
+    before it was recorded)."""
     outcome: Literal["returned", "retry", "failed"] | None = None
     """How it settled: the tool returned ``value``, asked the model to retry
     (``value`` is the message) or failed (``value`` is the reason)."""
