@@ -1,14 +1,21 @@
 """tether's Python client: turns that recover by themselves, across replicas.
 
-``TetherClient`` (blocking) and ``AsyncTetherClient`` (asyncio) start a turn
+``TetherClient`` (asyncio) and ``SyncTetherClient`` (blocking) start a turn
 and yield its cumulative messages; a broken connection, a dead replica or a
 turn taken over elsewhere is recovered inside the iteration (status, attach
 with ``Last-Event-ID``, resume when the producer is dead), through one
 load-balanced URL or a list of replica URLs. Every HTTP error is a typed
 exception carrying the server's code (``tether.client.errors``).
+
+The names are the TypeScript client's (``clients/typescript``), in snake_case:
+``TetherClient``, ``Turn``, ``TurnStatus``, ``start_turn``, ``cancel(session_id,
+message_id)``... (docs/clients/python.md#one-vocabulary). ``AsyncTetherClient``,
+``TurnStream``, ``SyncTurnStream`` and ``StreamStatus`` are the old names, kept
+as aliases (deprecated). Up to 0.1.0, ``TetherClient`` was the blocking client:
+that one is ``SyncTetherClient`` now.
 """
 
-from tether.client.async_client import AsyncTetherClient
+from tether.client.async_client import AsyncTetherClient, TetherClient
 from tether.client.endpoints import Endpoints, RotatingEndpoints
 from tether.client.errors import (
     AuthenticationError,
@@ -39,11 +46,12 @@ from tether.client.models import (
     ConversationSummary,
     QueuedMessage,
     StreamStatus,
+    TurnStatus,
     TurnUpdate,
 )
 from tether.client.observer import Connection, TurnObserver
-from tether.client.sync_client import SyncTurnStream, TetherClient
-from tether.client.turn import TurnStream
+from tether.client.sync_client import SyncTetherClient, SyncTurn, SyncTurnStream
+from tether.client.turn import Turn, TurnStream
 
 __all__ = [
     "AsyncTetherClient",
@@ -71,13 +79,17 @@ __all__ = [
     "ServiceUnavailableError",
     "StreamError",
     "StreamStatus",
+    "SyncTetherClient",
+    "SyncTurn",
     "SyncTurnStream",
     "TetherClient",
     "TetherError",
     "TetherHTTPError",
+    "Turn",
     "TurnFailedError",
     "TurnObserver",
     "TurnOutcomeUnknownError",
+    "TurnStatus",
     "TurnStream",
     "TurnUpdate",
     "UnprocessableEntityError",

@@ -1,7 +1,7 @@
 """Watching a turn's client at work: every connection it opens, every event on it.
 
 The client keeps a ``Connection`` record per request for a turn's stream
-(``TurnStream.connections``), and tells a ``TurnObserver``, if it was given
+(``Turn.connections``), and tells a ``TurnObserver``, if it was given
 one, as each happens; the crash test keeps them as its evidence.
 """
 

@@ -64,7 +64,7 @@ from tether.client.errors import (
 )
 from tether.client.events import ErrorEvent, MessageEvent, QueuedEvent, StatusEvent, decode
 from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards
-from tether.client.models import Conversation, StreamStatus, TurnUpdate
+from tether.client.models import Conversation, TurnStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent, iter_sse
 from tether.domain.chat_message import ChatMessage
@@ -125,7 +125,7 @@ class _ReadTranscript:
 class Accepted:
     """What ``TurnDriver.run`` yields, once, when a replica accepted the new
     turn: started it (201) or queued it (202, after its ``queued`` event).
-    ``TurnStream.start`` waits for it; iterating skips it."""
+    ``Turn.start`` waits for it; iterating skips it."""
 
 
 ACCEPTED = Accepted()
@@ -414,7 +414,7 @@ class TurnDriver:
                 f"{status.message_id} cannot be told to answer it"
             )
 
-    def _queued_message(self, status: StreamStatus) -> str | None:
+    def _queued_message(self, status: TurnStatus) -> str | None:
         """The queued turn of this client's lost enqueue: the last one waiting,
         when it is this client's message (in a session the client made up, any)."""
         if self._strategy != "enqueue" or not status.queue:
@@ -467,7 +467,7 @@ class TurnDriver:
                 return self._attach(), url
             return _ReadTranscript(displaced=status is not None)
 
-    async def _continuation(self, status: StreamStatus, url: str) -> tuple[routes.Route, str]:
+    async def _continuation(self, status: TurnStatus, url: str) -> tuple[routes.Route, str]:
         """The request that continues the turn, given its status at ``url``."""
         state = self.state
         assert state.message_id is not None
@@ -561,9 +561,9 @@ class TurnDriver:
 
     # ------------------------------------------------------------- requests
 
-    async def _status(self, url: str) -> StreamStatus | None:
+    async def _status(self, url: str) -> TurnStatus | None:
         body = await self._get(url, routes.status(self.tenant, self.state.session_id))
-        return StreamStatus.from_json(body) if body is not None else None
+        return TurnStatus.from_json(body) if body is not None else None
 
     async def _conversation(self, url: str) -> Conversation | None:
         route = routes.get_conversation(self.tenant, self.state.session_id)

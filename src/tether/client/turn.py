@@ -1,4 +1,4 @@
-"""``TurnStream``: one turn as its client follows it, message after message."""
+"""``Turn``: one turn as its client follows it, message after message."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from types import TracebackType
 from tether.client.models import TurnUpdate
 from tether.client.observer import Connection
 from tether.client.recovery import Accepted, TurnDriver, TurnState
+from tether.domain.chat_message import ChatMessage
 
 
-class TurnStream:
+class Turn:
     """A turn being streamed: iterate it for the whole answer so far, again and
     again, until the turn ends; reconnects, takeovers and replica failures
     happen inside the iteration.
@@ -68,6 +69,19 @@ class TurnStream:
         return self._state.latest
 
     @property
+    def message(self) -> ChatMessage | None:
+        """The answer so far (``latest.message``): the TypeScript ``Turn.message``."""
+        latest = self._state.latest
+        return latest.message if latest is not None else None
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The id of the last event read (``<message_id>:<index>``): what a
+        reconnect sends as ``Last-Event-ID``, and what ``follow`` takes to go on
+        from there."""
+        return self._state.last_event_id
+
+    @property
     def outcome(self) -> str | None:
         """``done`` or ``cancelled`` once the iteration has ended normally (a
         queued turn cancelled before it started ends ``cancelled`` too)."""
@@ -91,7 +105,7 @@ class TurnStream:
 
     # ----------------------------------------------------------- iterating
 
-    def __aiter__(self) -> TurnStream:
+    def __aiter__(self) -> Turn:
         return self
 
     def _run(self) -> AsyncGenerator[TurnUpdate | Accepted, None]:
@@ -99,7 +113,7 @@ class TurnStream:
             self._updates = self._driver.run()
         return self._updates
 
-    async def start(self) -> TurnStream:
+    async def start(self) -> Turn:
         """Send the turn (for ``stream``; a ``follow`` has nothing to send) and
         return once a replica started it or queued it: ``message_id`` is then
         known, and ``queue_position`` for a queued turn. Refusals (a busy
@@ -138,14 +152,14 @@ class TurnStream:
         ``outcome == "cancelled"``."""
         if self.message_id is None:
             raise RuntimeError("the turn has not started yet: nothing to cancel")
-        return await self._cancel(self.message_id, self.session_id)
+        return await self._cancel(self.session_id, self.message_id)
 
     async def aclose(self) -> None:
         """Hang up. The turn goes on on the server; ``follow`` picks it up again."""
         if self._updates is not None:
             await self._updates.aclose()
 
-    async def __aenter__(self) -> TurnStream:
+    async def __aenter__(self) -> Turn:
         return self
 
     async def __aexit__(
@@ -155,3 +169,7 @@ class TurnStream:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+TurnStream = Turn
+"""The old name of ``Turn`` (deprecated)."""
