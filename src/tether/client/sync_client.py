@@ -10,6 +10,7 @@ both behave the same, recovery included.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -33,6 +34,7 @@ from tether.client.models import (
 )
 from tether.client.observer import Connection, TurnObserver
 from tether.client.turn import Turn
+from tether.client.turn_events import TurnEvent
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import MultitaskStrategy
 
@@ -61,6 +63,23 @@ class SyncTurn:
     def answer(self) -> TurnUpdate | None:
         """Read the turn to its end; its final answer."""
         return self._portal.call(self._turn.answer())
+
+    def events(self) -> Iterator[TurnEvent]:
+        """See ``Turn.events``: everything that happens to the turn, in order."""
+        events = self._turn.events()
+
+        async def next_event() -> TurnEvent:
+            return await events.__anext__()
+
+        try:
+            while True:
+                try:
+                    yield self._portal.call(next_event())
+                except StopAsyncIteration:
+                    return
+        finally:
+            with contextlib.suppress(RuntimeError):  # the client is closed
+                self._portal.call(events.aclose())
 
     def cancel(self) -> bool:
         """See ``Turn.cancel``."""

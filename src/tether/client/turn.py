@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from types import TracebackType
 
+from tether.client.errors import TurnFailedError
 from tether.client.models import TurnUpdate
 from tether.client.observer import Connection
 from tether.client.recovery import Accepted, TurnDriver, TurnState
+from tether.client.turn_events import TurnEvent
 from tether.domain.chat_message import ChatMessage
 
 
@@ -27,7 +30,10 @@ class Turn:
     place in line, and the iteration yields its messages once it starts.
     ``await start()`` sends the turn and returns once a replica accepted it,
     so that ``message_id`` and ``queue_position`` are known before its first
-    message.
+    message (``TetherClient.start_turn`` returns it so).
+
+    Read it once: its updates (``async for``, ``answer()``), or everything
+    that happens to it (``events()``), as the TypeScript client's ``Turn``.
     """
 
     def __init__(self, driver: TurnDriver, cancel: Callable[[str, str], Awaitable[bool]]) -> None:
@@ -38,6 +44,12 @@ class Turn:
         self._pending: TurnUpdate | None = None
         """An update ``start`` read before the acceptance it waited for."""
         self._accepted = False
+        self._reading: str | None = None
+        """How the turn is read: ``updates`` or ``events`` (once chosen, for good)."""
+        self._events: deque[TurnEvent] | None = deque()
+        """The events not yet handed on, kept until the turn is read by its
+        updates (``start`` may tell some before ``events()`` is called)."""
+        driver.sink = self._events.append
 
     # ------------------------------------------------------ what is known
 
@@ -131,6 +143,11 @@ class Turn:
         return self
 
     async def __anext__(self) -> TurnUpdate:
+        if self._reading != "updates":
+            if self._reading is not None:
+                raise TypeError("a Turn is read once: events() or its updates")
+            self._reading = "updates"
+            self._driver.sink = self._events = None  # nobody will read them
         if self._pending is not None:
             pending, self._pending = self._pending, None
             return pending
@@ -139,6 +156,33 @@ class Turn:
             item = await updates.__anext__()
             if not isinstance(item, Accepted):
                 return item
+
+    async def events(self) -> AsyncGenerator[TurnEvent, None]:
+        """Everything that happens to the turn, in order, until its end: the
+        TypeScript client's ``Turn.events()`` (``tether.client.turn_events``:
+        ``turn``, ``stream``, ``queued``, ``message``, ``dropped``,
+        ``recovering``, ``end``). A turn that ends errored ends with its
+        ``end`` event rather than ``TurnFailedError``; ``RecoveryError`` and
+        refusals raise as they do for the updates."""
+        queue = self._events
+        if self._reading is not None or queue is None:
+            raise TypeError("a Turn is read once: events() or its updates")
+        self._reading = "events"
+        self._pending = None  # told already, as its ``message`` event
+        updates = self._run()
+        while True:
+            while queue:
+                yield queue.popleft()
+            try:
+                await updates.__anext__()
+            except StopAsyncIteration:
+                break
+            except TurnFailedError:
+                if not any(event.type == "end" for event in queue):
+                    raise
+                break
+        while queue:
+            yield queue.popleft()
 
     async def answer(self) -> TurnUpdate | None:
         """Read the turn to its end; its final answer (None if it had none)."""
