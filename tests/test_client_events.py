@@ -130,6 +130,9 @@ async def test_a_turn_read_from_the_transcript_and_an_update_going_backwards() -
         ("message", "A B C", None),
         ("end", "done", None),
     ]
+    # As the TypeScript Turn's dropped and url: " B" kept off the screen.
+    assert (turn.dropped.updates, turn.dropped.characters) == (1, 2)
+    assert turn.url == "http://a"
 
 
 async def test_an_errored_turn_ends_with_its_error_rather_than_raising() -> None:

@@ -65,15 +65,21 @@ from tether.client.turn_events import (
     TurnKnown,
     TurnQueued,
 )
+from tether.domain.chat_message import ChatMessage, ContentPart
+from tether.domain.chat_message import ContentPartTool as ToolCall
+from tether.domain.chat_message import QueuedTurn as QueuedMark
+from tether.domain.chat_request import MultitaskStrategy
 
 __all__ = [
     "AsyncTetherClient",
     "AuthenticationError",
     "BadGatewayError",
     "BadRequestError",
+    "ChatMessage",
     "ConflictError",
     "Connection",
     "ConnectionFailedError",
+    "ContentPart",
     "Conversation",
     "ConversationBusyError",
     "ConversationPage",
@@ -85,10 +91,12 @@ __all__ = [
     "InternalServerError",
     "MessageDropped",
     "MessageShown",
+    "MultitaskStrategy",
     "NotFoundError",
     "NotImplementedByServerError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "QueuedMark",
     "QueuedMessage",
     "Recovering",
     "RecoveryCause",
@@ -105,6 +113,7 @@ __all__ = [
     "TetherClient",
     "TetherError",
     "TetherHTTPError",
+    "ToolCall",
     "Turn",
     "TurnEnded",
     "TurnEvent",

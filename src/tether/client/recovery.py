@@ -63,7 +63,7 @@ from tether.client.errors import (
     error_from_response,
 )
 from tether.client.events import ErrorEvent, MessageEvent, QueuedEvent, StatusEvent, decode
-from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards
+from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards, taken_back
 from tether.client.models import Conversation, TurnStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent, iter_sse
@@ -111,6 +111,10 @@ class TurnState:
     """Its place in line (1: next) when the client last heard it waited."""
     path: list[str] = field(default_factory=list)
     """Each connection's label, and ``transcript`` when the answer came from there."""
+    dropped_updates: int = 0
+    """Updates not shown because their text does not extend the answer shown."""
+    dropped_characters: int = 0
+    """The characters of the answer shown they would have taken back."""
     connections: list[Connection] = field(default_factory=list)
 
 
@@ -346,6 +350,8 @@ class TurnDriver:
             if state.latest is not None and goes_backwards(state.latest.message, message):
                 self.observer.dropped(connection, update, state.latest)
                 shown = state.latest.message
+                state.dropped_updates += 1
+                state.dropped_characters += taken_back(shown, message)
                 self._emit(MessageDropped(message, shown, event.event_id, event.index))
                 return None
             state.latest = update

@@ -33,7 +33,7 @@ from tether.client.models import (
     TurnUpdate,
 )
 from tether.client.observer import Connection, TurnObserver
-from tether.client.turn import Turn
+from tether.client.turn import Dropped, Turn
 from tether.client.turn_events import TurnEvent
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import MultitaskStrategy
@@ -127,6 +127,14 @@ class SyncTurn:
     @property
     def last_event_id(self) -> str | None:
         return self._turn.last_event_id
+
+    @property
+    def dropped(self) -> Dropped:
+        return self._turn.dropped
+
+    @property
+    def url(self) -> str | None:
+        return self._turn.url
 
     @property
     def outcome(self) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from tether.client.errors import TurnFailedError
@@ -12,6 +13,15 @@ from tether.client.observer import Connection
 from tether.client.recovery import Accepted, TurnDriver, TurnState
 from tether.client.turn_events import TurnEvent
 from tether.domain.chat_message import ChatMessage
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Updates not shown because their text does not extend the answer so far
+    (shorter, or other text), and the characters they would have taken back."""
+
+    updates: int = 0
+    characters: int = 0
 
 
 class Turn:
@@ -92,6 +102,18 @@ class Turn:
         reconnect sends as ``Last-Event-ID``, and what ``follow`` takes to go on
         from there."""
         return self._state.last_event_id
+
+    @property
+    def dropped(self) -> Dropped:
+        """The updates not shown because they would have taken text back (each
+        also told as a ``dropped`` event), and how many characters."""
+        return Dropped(self._state.dropped_updates, self._state.dropped_characters)
+
+    @property
+    def url(self) -> str | None:
+        """The base URL of the stream read last (None before the first)."""
+        connections = self._state.connections
+        return connections[-1].url if connections else None
 
     @property
     def outcome(self) -> str | None:
