@@ -35,13 +35,13 @@ from tests.support.servers import ServerProcess, free_port
 from tether.cli.chat import run_chat
 from tether.cli.main import app
 from tether.client import (
-    AsyncTetherClient,
     AuthenticationError,
     ConnectionFailedError,
     ConversationBusyError,
     NotFoundError,
     PermissionDeniedError,
     RecoveryError,
+    SyncTetherClient,
     TetherClient,
     TetherHTTPError,
     TurnFailedError,
@@ -141,7 +141,7 @@ class _Scripted:
 
 
 def _client(script: _Scripted, urls: str | list[str] = "http://a", **options: Any) -> Any:
-    return AsyncTetherClient(
+    return TetherClient(
         urls,
         tenant="t",
         requester_uuid="alice",
@@ -150,7 +150,7 @@ def _client(script: _Scripted, urls: str | list[str] = "http://a", **options: An
     )
 
 
-async def _read(client: AsyncTetherClient, **options: Any) -> tuple[list[TurnUpdate], Any]:
+async def _read(client: TetherClient, **options: Any) -> tuple[list[TurnUpdate], Any]:
     async with client, client.stream(agent_identifier="writer", message="Hi", **options) as turn:
         updates = [update async for update in turn]
     return updates, turn
@@ -406,7 +406,7 @@ def test_the_sync_client_is_the_async_one_on_a_loop_of_its_own() -> None:
         attach=[_stream(_message(1, "A B"), _verdict("done"))],
     )
     with (
-        TetherClient(
+        SyncTetherClient(
             "http://a", tenant="t", token="tok", transport=httpx2.MockTransport(script)
         ) as client,
         client.stream(agent_identifier="writer", message="Hi") as turn,
@@ -442,7 +442,7 @@ def _strictly_growing(updates: list[TurnUpdate]) -> bool:
 
 @pytest.mark.processes
 async def test_a_turn_streams_to_its_answer(server: ServerProcess) -> None:
-    async with AsyncTetherClient(server.url, tenant="t", requester_uuid="alice") as client:
+    async with TetherClient(server.url, tenant="t", requester_uuid="alice") as client:
         async with client.stream(agent_identifier="writer", message=PROMPT) as turn:
             updates = [update async for update in turn]
         assert turn.outcome == "done" and turn.path == ["start"]
@@ -463,7 +463,7 @@ async def test_a_turn_streams_to_its_answer(server: ServerProcess) -> None:
 
 @pytest.mark.processes
 def test_the_sync_client_streams_a_turn(server: ServerProcess) -> None:
-    with TetherClient(server.url, tenant="t", requester_uuid="sync-user") as client:
+    with SyncTetherClient(server.url, tenant="t", requester_uuid="sync-user") as client:
         with client.stream(agent_identifier="plain", message=PROMPT) as turn:
             final = turn.answer()
         assert final is not None and turn.outcome == "done"
@@ -474,8 +474,8 @@ def test_the_sync_client_streams_a_turn(server: ServerProcess) -> None:
 @pytest.mark.processes
 async def test_errors_come_typed_with_the_servers_code(server: ServerProcess) -> None:
     async with (
-        AsyncTetherClient(server.url, tenant="t", requester_uuid="alice") as alice,
-        AsyncTetherClient(server.url, tenant="t", requester_uuid="bob") as bob,
+        TetherClient(server.url, tenant="t", requester_uuid="alice") as alice,
+        TetherClient(server.url, tenant="t", requester_uuid="bob") as bob,
     ):
         session = f"s-{uuid.uuid4().hex[:10]}"
         async with alice.stream(
@@ -510,7 +510,7 @@ async def test_errors_come_typed_with_the_servers_code(server: ServerProcess) ->
 async def test_a_cancel_ends_the_stream_cancelled_with_the_partial_kept(
     server: ServerProcess,
 ) -> None:
-    async with AsyncTetherClient(server.url, tenant="t", requester_uuid="carol") as client:
+    async with TetherClient(server.url, tenant="t", requester_uuid="carol") as client:
         async with client.stream(agent_identifier="plain", message=PROMPT) as turn:
             updates: list[TurnUpdate] = []
             async for update in turn:
@@ -519,7 +519,7 @@ async def test_a_cancel_ends_the_stream_cancelled_with_the_partial_kept(
                     assert await turn.cancel() is True
         assert turn.outcome == "cancelled"
         assert 5 <= len(updates) < 150
-        assert await client.cancel(turn.message_id or "", turn.session_id) is False
+        assert await client.cancel(turn.session_id, turn.message_id or "") is False
         status = await client.status(turn.session_id)
         assert status is not None and status.status == "cancelled"
         conversation = await client.get_conversation(turn.session_id)
@@ -531,8 +531,8 @@ async def test_a_cancel_ends_the_stream_cancelled_with_the_partial_kept(
 async def test_conversations_list_read_share_and_delete(server: ServerProcess) -> None:
     owner = f"dave-{uuid.uuid4().hex[:6]}"
     async with (
-        AsyncTetherClient(server.url, tenant="t", requester_uuid=owner) as dave,
-        AsyncTetherClient(server.url, tenant="t", requester_uuid="erin") as erin,
+        TetherClient(server.url, tenant="t", requester_uuid=owner) as dave,
+        TetherClient(server.url, tenant="t", requester_uuid="erin") as erin,
     ):
         sessions = []
         for prompt in ("First question", "Second question"):
@@ -576,16 +576,16 @@ async def test_a_token_is_sent_and_refusals_are_typed(tmp_path: Path) -> None:
         return jwt.encode(payload, secret, algorithm="HS256")
 
     try:
-        async with AsyncTetherClient(process.url, tenant="t", token=token()) as client:
+        async with TetherClient(process.url, tenant="t", token=token()) as client:
             final = await client.stream(agent_identifier="plain", message="Hi").answer()
             assert final is not None
             listed = await client.list_conversations()
             assert [c.owner_uuid for c in listed.items] == ["frank"]
-        async with AsyncTetherClient(process.url, tenant="t", token="not.a.jwt") as forged:
+        async with TetherClient(process.url, tenant="t", token="not.a.jwt") as forged:
             with pytest.raises(AuthenticationError) as refused:
                 await forged.list_conversations()
             assert refused.value.code == "UNAUTHENTICATED"
-        async with AsyncTetherClient(
+        async with TetherClient(
             process.url, tenant="other", token=token(tenants=["t"])
         ) as elsewhere:
             with pytest.raises(PermissionDeniedError) as denied:
@@ -607,7 +607,7 @@ async def test_tether_chat_streams_through_the_client(server: ServerProcess) -> 
     text = out.getvalue()
     assert code == 0, text
     assert "calculator" in text and "message_id=" in text
-    async with AsyncTetherClient(server.url, tenant="t", requester_uuid="gina") as client:
+    async with TetherClient(server.url, tenant="t", requester_uuid="gina") as client:
         [summary] = (await client.list_conversations()).items
         answer = (await client.get_conversation(summary.session_id)).messages[-1]
     assert answer.content.splitlines()[-1] in text
@@ -640,7 +640,7 @@ async def test_a_replica_killed_mid_answer_is_recovered_from_the_other_urls(
     cluster = Cluster(project, f"sqlite:///{tmp_path}/tether.db", size=3, workdir=tmp_path)
     async with cluster:
         urls = [replica.url for replica in cluster.replicas]
-        async with AsyncTetherClient(urls, tenant="t", requester_uuid="hana") as client:
+        async with TetherClient(urls, tenant="t", requester_uuid="hana") as client:
             reference = await client.stream(agent_identifier="plain", message=PROMPT).answer()
             assert reference is not None
             updates, turn = await _stream_and_kill(
@@ -654,7 +654,7 @@ async def test_a_replica_killed_mid_answer_is_recovered_from_the_other_urls(
 
 
 async def _stream_and_kill(
-    client: AsyncTetherClient, producer: Callable[[Any], Any], *, after: int
+    client: TetherClient, producer: Callable[[Any], Any], *, after: int
 ) -> tuple[list[TurnUpdate], Any]:
     """Stream a turn; SIGKILL its producer once ``after`` messages arrived."""
     updates: list[TurnUpdate] = []

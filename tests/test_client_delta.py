@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.project import make_project
 from tests.support.servers import ServerProcess
-from tether.client import AsyncTetherClient, Connection, TurnObserver, TurnUpdate
+from tether.client import Connection, TetherClient, TurnObserver, TurnUpdate
 from tether.client.sse import SSEEvent
 
 pytestmark = pytest.mark.processes
@@ -49,7 +49,7 @@ async def test_the_client_asks_for_deltas_and_yields_whole_messages(
     server: ServerProcess,
 ) -> None:
     recorder = _Recorder()
-    async with AsyncTetherClient(server.url, tenant="t", requester_uuid="dee") as client:
+    async with TetherClient(server.url, tenant="t", requester_uuid="dee") as client:
         async with client.stream(
             agent_identifier="writer", message=PROMPT, observer=recorder
         ) as turn:
@@ -86,7 +86,7 @@ async def test_an_update_that_would_take_text_back_is_dropped_and_counted(
 ) -> None:
     (tmp_path / "steps.json").write_text(json.dumps(STEPS))
     keeper = _Gatekeeper(tmp_path)
-    async with AsyncTetherClient(server.url, tenant="t", requester_uuid="rex") as client:
+    async with TetherClient(server.url, tenant="t", requester_uuid="rex") as client:
         async with client.stream(
             agent_identifier="rewinder", message=str(tmp_path), observer=keeper
         ) as turn:

@@ -25,7 +25,7 @@ import pytest
 from tests.support.project import make_project
 from tests.support.replicas import Replicas, two_replicas
 from tests.test_client import _message, _Scripted, _status, _verdict
-from tether.client import AsyncTetherClient, QueuedMessage, TetherClient, TurnUpdate
+from tether.client import QueuedMessage, SyncTetherClient, TetherClient, TurnUpdate
 
 QUEUED = "q1"
 SESSION = "s1"
@@ -82,8 +82,8 @@ def _transcript(*ids: str) -> httpx2.Response:
     return httpx2.Response(200, json={"conversation": summary, "messages": messages})
 
 
-def _client(script: _Scripted) -> AsyncTetherClient:
-    return AsyncTetherClient(
+def _client(script: _Scripted) -> TetherClient:
+    return TetherClient(
         "http://a", tenant="t", requester_uuid="alice", transport=httpx2.MockTransport(script)
     )
 
@@ -230,7 +230,7 @@ def test_the_sync_client_starts_and_reads_a_queued_turn() -> None:
         start=[_accepted(_queued_event(1), _message(0, "A", QUEUED), _verdict("done"))]
     )
     with (
-        TetherClient("http://a", tenant="t", transport=httpx2.MockTransport(script)) as client,
+        SyncTetherClient("http://a", tenant="t", transport=httpx2.MockTransport(script)) as client,
         client.stream(
             agent_identifier="writer",
             message="Hi",
@@ -264,7 +264,7 @@ def replicas(cluster: Replicas) -> Replicas:
     return cluster
 
 
-async def _running(client: AsyncTetherClient, prompt: str, session: str, *, after: int = 1) -> Any:
+async def _running(client: TetherClient, prompt: str, session: str, *, after: int = 1) -> Any:
     """A turn streaming in ``session``, read in the background once ``after``
     of its messages are in."""
     turn = client.stream(agent_identifier="plain", message=prompt, session_id=session)
@@ -289,8 +289,8 @@ async def test_messages_queued_through_another_replica_run_after_in_order(
     one, two = replicas.one, replicas.two
     session = f"s-{uuid.uuid4().hex[:10]}"
     async with (
-        AsyncTetherClient(one.url, tenant="t", requester_uuid="ines") as first_screen,
-        AsyncTetherClient(two.url, tenant="t", requester_uuid="ines") as second_screen,
+        TetherClient(one.url, tenant="t", requester_uuid="ines") as first_screen,
+        TetherClient(two.url, tenant="t", requester_uuid="ines") as second_screen,
     ):
         running, _, reading = await _running(first_screen, PROMPT, session)
         queued = []
@@ -345,8 +345,8 @@ async def test_a_queued_turn_is_cancelled_before_it_runs(replicas: Replicas) -> 
     one, two = replicas.one, replicas.two
     session = f"s-{uuid.uuid4().hex[:10]}"
     async with (
-        AsyncTetherClient(one.url, tenant="t", requester_uuid="jon") as client,
-        AsyncTetherClient(two.url, tenant="t", requester_uuid="jon") as other,
+        TetherClient(one.url, tenant="t", requester_uuid="jon") as client,
+        TetherClient(two.url, tenant="t", requester_uuid="jon") as other,
     ):
         running, _, reading = await _running(client, PROMPT, session)
         turn = await client.stream(
@@ -358,7 +358,7 @@ async def test_a_queued_turn_is_cancelled_before_it_runs(replicas: Replicas) -> 
         assert turn.queued and turn.message_id is not None
         waiting = asyncio.ensure_future(turn.answer())
 
-        assert await other.cancel(turn.message_id, session) is True
+        assert await other.cancel(session, turn.message_id) is True
         assert await asyncio.wait_for(waiting, 30) is None
         assert turn.outcome == "cancelled"
         status = await other.status(session)
@@ -387,8 +387,8 @@ async def test_a_queued_turn_survives_the_death_of_the_replica_it_waited_on(
     one, two = replicas.one, replicas.two
     session = f"s-{uuid.uuid4().hex[:10]}"
     async with (
-        AsyncTetherClient(one.url, tenant="t", requester_uuid="kai") as first_screen,
-        AsyncTetherClient([two.url, one.url], tenant="t", requester_uuid="kai") as client,
+        TetherClient(one.url, tenant="t", requester_uuid="kai") as first_screen,
+        TetherClient([two.url, one.url], tenant="t", requester_uuid="kai") as client,
     ):
         reference = await first_screen.stream(
             agent_identifier="plain", message="And lakes?"
@@ -423,8 +423,8 @@ async def test_a_message_that_interrupts_starts_at_once(replicas: Replicas, stra
     one, two = replicas.one, replicas.two
     session = f"s-{uuid.uuid4().hex[:10]}"
     async with (
-        AsyncTetherClient(one.url, tenant="t", requester_uuid="lea") as client,
-        AsyncTetherClient(two.url, tenant="t", requester_uuid="lea") as other,
+        TetherClient(one.url, tenant="t", requester_uuid="lea") as client,
+        TetherClient(two.url, tenant="t", requester_uuid="lea") as other,
     ):
         # Past a recording flush (every 0.5 s; the client's delta-mode stream
         # brings at most one update per 0.125 s): the partial answer an

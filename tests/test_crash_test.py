@@ -34,7 +34,7 @@ from tether.adapters.memory import (
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
 from tether.crashtest import reference
-from tether.crashtest.client import StreamStatus
+from tether.crashtest.client import TurnStatus
 from tether.crashtest.cluster import Replica, inherited_env
 from tether.crashtest.faults import (
     FaultChoice,
@@ -457,7 +457,7 @@ def _sound_round() -> Observed:
     )
     return Observed(
         transcript=[_user(), {**_bot(ANSWER), "message_id": "other"}],
-        final_status=StreamStatus("m", "done", 2, "t"),
+        final_status=TurnStatus("m", "done", 2, "t"),
         tool_runs=1,
         readers=[start, resume],
         final_streamed=_bot(ANSWER),
@@ -552,17 +552,17 @@ def test_the_checker_catches_a_different_answer_and_an_unfinished_turn() -> None
     observed = _sound_round()
     assert observed.transcript is not None
     observed.transcript[-1] = _bot(ANSWER + " And again.")
-    observed.final_status = StreamStatus("m", "errored", 2, "t")
+    observed.final_status = TurnStatus("m", "errored", 2, "t")
     assert _invariants(observed) == {"transcript", "terminal"}
 
 
 def test_the_checker_catches_a_fenced_producer_that_wrote() -> None:
     observed = _sound_round()
-    left = Snapshot(StreamStatus("m", "done", 2, "t1"), EXPECTED.transcript)
+    left = Snapshot(TurnStatus("m", "done", 2, "t1"), EXPECTED.transcript)
     observed.fence = FenceEvidence(
         epoch_before_fault=1,
         left_by_new_owner=left,
-        after_continue=Snapshot(StreamStatus("m", "done", 1, "t2"), EXPECTED.transcript),
+        after_continue=Snapshot(TurnStatus("m", "done", 1, "t2"), EXPECTED.transcript),
         old_readers_ended=True,
         recorded_final=_bot(ANSWER),
         recorded_epoch=1,
@@ -685,7 +685,7 @@ def test_the_checker_catches_a_stream_id_with_two_contents() -> None:
 def _cancelled_round(kept: str, **cancel: Any) -> Observed:
     observed = _sound_round()
     observed.message_id = "m"
-    observed.final_status = StreamStatus("m", "cancelled", 2, "t")
+    observed.final_status = TurnStatus("m", "cancelled", 2, "t")
     observed.transcript = [_user(), _bot(kept)]
     observed.final_streamed = None
     observed.last_turn_status = "cancelled"
@@ -707,7 +707,7 @@ def test_the_checker_passes_a_cancel_at_the_end_either_way() -> None:
 def test_the_checker_catches_a_cancel_with_two_verdicts() -> None:
     # Accepted, yet the turn says done.
     accepted = _cancelled_round(ANSWER)
-    accepted.final_status = StreamStatus("m", "done", 2, "t")
+    accepted.final_status = TurnStatus("m", "done", 2, "t")
     accepted.last_turn_status = "complete"
     assert _invariants(accepted) == {"verdict"}
     # The transcript's last turn and the supervision row disagree.
@@ -731,7 +731,7 @@ def test_the_checker_catches_a_bad_partial_answer_of_a_cancelled_turn() -> None:
     ran_again.tool_runs = 2
     assert _invariants(ran_again) == {"tool-once"}
     errored = _cancelled_round(ANSWER[:30])
-    errored.final_status = StreamStatus("m", "errored", 2, "t")
+    errored.final_status = TurnStatus("m", "errored", 2, "t")
     assert "terminal" in _invariants(errored)
 
 
@@ -925,7 +925,7 @@ def _write_cut_off() -> Observed:
     )
     return Observed(
         transcript=[_user(), answer],
-        final_status=StreamStatus("m", "done", 2, "t"),
+        final_status=TurnStatus("m", "done", 2, "t"),
         tool_runs=2,
         final_streamed=answer,
         message_id="m",
@@ -989,7 +989,7 @@ def test_the_checker_catches_a_cut_off_read_not_run_again() -> None:
     answer = _tool_answer(calculator=("error", UNKNOWN))
     observed = Observed(
         transcript=[_user(), answer],
-        final_status=StreamStatus("m", "done", 2, "t"),
+        final_status=TurnStatus("m", "done", 2, "t"),
         tool_runs=2,
         message_id="m",
         tool_calls=ToolCalls((_ran(0, 1, 100, 0), _ran(1, 1, 200, 1, 2))),

@@ -30,7 +30,7 @@ from tests.support.node import node_and_npm
 from tests.support.project import make_project
 from tether.cli.main import app
 from tether.cli.server_app import example_project_dir
-from tether.client import AsyncTetherClient, TurnUpdate
+from tether.client import TetherClient, TurnUpdate
 from tether.crashtest.cluster import Cluster
 from tether.crashtest.load_balancer import PIN_HEADER, SERVER_HEADER
 
@@ -66,7 +66,7 @@ async def test_the_load_balancer_balances_pins_and_streams_without_buffering(
         # Each message reaches the client as the server sends it (its delta-mode
         # stream: at most one every 0.125 s), not in batches: HAProxy holds
         # nothing back.
-        async with AsyncTetherClient(front, tenant="t", requester_uuid="ivy") as client:
+        async with TetherClient(front, tenant="t", requester_uuid="ivy") as client:
             arrivals = []
             async for _ in client.stream(agent_identifier="plain", message=PROMPT):
                 arrivals.append(time.monotonic())
@@ -85,7 +85,7 @@ async def test_the_client_recovers_through_the_load_balancer_while_its_replica_i
     )
     async with cluster:
         assert cluster.front is not None
-        async with AsyncTetherClient(cluster.front.url, tenant="t", requester_uuid="jo") as client:
+        async with TetherClient(cluster.front.url, tenant="t", requester_uuid="jo") as client:
             reference = await client.stream(agent_identifier="plain", message=PROMPT).answer()
             assert reference is not None
 
@@ -140,7 +140,7 @@ async def test_the_typescript_client_recovers_through_the_load_balancer_while_it
     async with cluster:
         front = cluster.front
         assert front is not None
-        async with AsyncTetherClient(front.url, tenant="t", requester_uuid="ts") as client:
+        async with TetherClient(front.url, tenant="t", requester_uuid="ts") as client:
             reference = await client.stream(agent_identifier="plain", message=PROMPT).answer()
         assert reference is not None
         process = await asyncio.create_subprocess_exec(

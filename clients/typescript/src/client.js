@@ -1,7 +1,7 @@
 // The client: turns (start, follow, cancel) and conversations (list, read,
 // share, delete), over one load-balanced URL or several replicas.
 
-import { ConversationBusyError, NotFoundError, TetherError } from "./errors.js";
+import { ConversationBusyError, GoneError, NotFoundError, TetherError } from "./errors.js";
 import { Replicas } from "./replicas.js";
 import { pause } from "./retry.js";
 import { Turn } from "./turn.js";
@@ -72,7 +72,7 @@ export class TetherClient {
    * whose answer was lost is not sent twice: the status tells whether it
    * started (see `Turn.start`). With `multitaskStrategy: "enqueue"` a busy
    * conversation queues the turn: it resolves at once with `turn.queued` and
-   * `turn.position`, and the turn's messages come once it starts.
+   * `turn.queuePosition`, and the turn's messages come once it starts.
    * @param {TurnRequest} request
    * @param {CallOptions} [options]
    * @returns {Promise<Turn>}
@@ -164,13 +164,15 @@ export class TetherClient {
   }
 
   /**
-   * Cancel a turn, from any replica; the partial answer is kept. A queued
-   * turn leaves the queue (it never runs). A turn that has already ended is a
-   * GoneError; one that changes hands meanwhile (a takeover) is cancelled
-   * with its new owner.
+   * Cancel turn `messageId` of conversation `sessionId`, from any replica;
+   * the partial answer is kept. A queued turn leaves the queue (it never
+   * runs). Resolves true when this call cancelled it, false when it had
+   * already ended (the server's 410, as the Python client's `cancel`); one
+   * that changes hands meanwhile (a takeover) is cancelled with its new owner.
    * @param {string} sessionId
    * @param {string} messageId
    * @param {CallOptions} [options]
+   * @returns {Promise<boolean>}
    */
   async cancel(sessionId, messageId, options) {
     const signal = options?.signal ?? new AbortController().signal;
@@ -180,8 +182,9 @@ export class TetherClient {
           params: { session_id: sessionId },
           signal,
         });
-        return;
+        return true;
       } catch (error) {
+        if (error instanceof GoneError) return false;
         // The turn changed hands (a takeover) while the cancel was granted:
         // the server asks to try again, and the next try meets the new owner.
         const raced = error instanceof ConversationBusyError && error.occupant === messageId;
@@ -237,11 +240,11 @@ export class TetherClient {
   /**
    * Share a conversation with the tenant, or make it private again (owner only).
    * @param {string} sessionId
-   * @param {boolean} shared
+   * @param {boolean} [shared]  default true
    * @param {CallOptions} [options]
    * @returns {Promise<ConversationSummary>}
    */
-  shareConversation(sessionId, shared, options) {
+  shareConversation(sessionId, shared = true, options = undefined) {
     return this.replicas.json("PATCH", `/conversations/${encodeURIComponent(sessionId)}`, {
       body: { shared },
       signal: options?.signal,

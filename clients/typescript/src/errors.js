@@ -61,6 +61,12 @@ export class TetherHttpError extends TetherError {
 }
 
 /**
+ * `TetherHttpError` under the Python client's name (`tether.client.TetherHTTPError`):
+ * the same class, so either name catches every HTTP error.
+ */
+export { TetherHttpError as TetherHTTPError };
+
+/**
  * 400: a request the server will not run (`AGENTS_STORAGE_NOT_CONFIGURED`,
  * `BOT_PARAMS_REJECTED`, `INVALID_IDENTITY`, `BAD_REQUEST`).
  */

@@ -21,6 +21,7 @@ export {
   StreamError,
   TetherError,
   TetherHttpError,
+  TetherHTTPError,
   TurnFailedError,
   TurnOutcomeUnknownError,
   UnprocessableEntityError,

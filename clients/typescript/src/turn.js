@@ -128,7 +128,7 @@ export class Turn {
      * heard it waited; null for a turn that never waited.
      * @type {number | null}
      */
-    this.position = null;
+    this.queuePosition = null;
     /**
      * How it ended, once it has.
      * @type {{reason: EndReason, error: StreamFailure | null} | null}
@@ -144,6 +144,15 @@ export class Turn {
     signal?.addEventListener("abort", () => this.close(), { once: true });
   }
 
+  /**
+   * The old name of `queuePosition` (the Python client's `queue_position`).
+   * @deprecated use `queuePosition`
+   * @returns {number | null}
+   */
+  get position() {
+    return this.queuePosition;
+  }
+
   /** Whether the turn is no longer read: `close()` was called, or its reading is over. */
   get closed() {
     return this.#abort.signal.aborted;
@@ -154,10 +163,14 @@ export class Turn {
     this.#abort.abort();
   }
 
-  /** Cancel the turn, from whichever replica answers; the partial answer is kept. */
+  /**
+   * Cancel the turn, from whichever replica answers; the partial answer is
+   * kept. False when it had already ended.
+   * @returns {Promise<boolean>}
+   */
   async cancel() {
     if (this.messageId === null) throw new TetherError("no turn is known yet to cancel");
-    await this.client.cancel(this.sessionId, this.messageId);
+    return this.client.cancel(this.sessionId, this.messageId);
   }
 
   /**
@@ -191,6 +204,16 @@ export class Turn {
       if (!first.done && first.value.type === "queued") this.#waits(first.value.position);
       this.#reader = { stream, items, first };
     }
+  }
+
+  /**
+   * Read the turn to its end: its final answer (null if it had none); throws
+   * TurnFailedError if the turn ends errored.
+   * @returns {Promise<ChatMessage | null>}
+   */
+  async answer() {
+    for await (const _ of this);
+    return this.message;
   }
 
   /** The answer so far, message by message; throws TurnFailedError if the turn ends errored. */
@@ -522,7 +545,7 @@ export class Turn {
    */
   #waits(position) {
     this.queued = true;
-    this.position = position;
+    this.queuePosition = position;
   }
 
   // --------------------------------------------------------------- endings

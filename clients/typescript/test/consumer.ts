@@ -37,7 +37,7 @@ export async function example(): Promise<string> {
     sessionId: "session-1",
     multitaskStrategy: "enqueue",
   });
-  const place: number | null = queued.queued ? queued.position : null;
+  const place: number | null = queued.queued ? queued.queuePosition : null;
   for await (const event of queued.events()) {
     if (event.type === "queued")
       answer = { sender: "user", content: `#${event.position ?? place}` };
@@ -45,6 +45,8 @@ export async function example(): Promise<string> {
   const waiting = (await client.status("session-1"))?.queue?.map((entry) => entry.content);
   const page = await client.listConversations({ limit: 10 });
   const first = page.items[0]?.session_id;
-  if (first) await client.shareConversation(first, true);
-  return answer?.content ?? waiting?.join() ?? "";
+  if (first) await client.shareConversation(first);
+  const gone: boolean = await queued.cancel();
+  const final: ChatMessage | null = gone ? null : await queued.answer();
+  return final?.content ?? answer?.content ?? waiting?.join() ?? "";
 }

@@ -72,7 +72,7 @@ describe("conversations", { skip: NEEDS_REPLICAS }, () => {
     const reader = clientOf(REPLICAS[1].url);
     await assert.rejects(reader.getConversation(sessions[0]), PermissionDeniedError);
 
-    const shared = await client.shareConversation(sessions[0], true);
+    const shared = await client.shareConversation(sessions[0]); // shared: true by default
     assert.equal(shared.shared, true);
     const seen = await reader.getConversation(sessions[0]);
     assert.equal(seen.messages.at(-1)?.content, answers[0]);

@@ -82,7 +82,7 @@ describe("double texting", { skip: NEEDS_REPLICAS }, () => {
       );
     }
     assert.deepEqual(
-      queued.map((turn) => [turn.queued, turn.position]),
+      queued.map((turn) => [turn.queued, turn.queuePosition]),
       [
         [true, 1],
         [true, 2],
@@ -154,10 +154,11 @@ describe("double texting", { skip: NEEDS_REPLICAS }, () => {
     });
     const waitingEvents = readAll(waiting);
 
-    await clientOf(two.url, { user }).cancel(
+    const cancelled = await clientOf(two.url, { user }).cancel(
       first.sessionId,
       /** @type {string} */ (waiting.messageId),
     );
+    assert.equal(cancelled, true);
     const events = await waitingEvents;
     assert.deepEqual(events.at(-1), { type: "end", reason: "cancelled", error: null });
     assert.equal(messagesOf(events).length, 0);
@@ -252,7 +253,8 @@ describe("double texting", { skip: NEEDS_REPLICAS }, () => {
       multitaskStrategy: "interrupt",
     });
     assert.equal(turn.queued, false);
-    assert.equal(turn.position, null);
+    assert.equal(turn.queuePosition, null);
+    assert.equal(turn.position, null, "position: the old name of queuePosition");
     await readAll(turn);
     assert.deepEqual(turn.outcome, { reason: "done", error: null });
     const firstEvents = await reading;

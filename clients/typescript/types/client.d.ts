@@ -30,7 +30,7 @@ export class TetherClient {
      * whose answer was lost is not sent twice: the status tells whether it
      * started (see `Turn.start`). With `multitaskStrategy: "enqueue"` a busy
      * conversation queues the turn: it resolves at once with `turn.queued` and
-     * `turn.position`, and the turn's messages come once it starts.
+     * `turn.queuePosition`, and the turn's messages come once it starts.
      * @param {TurnRequest} request
      * @param {CallOptions} [options]
      * @returns {Promise<Turn>}
@@ -76,15 +76,17 @@ export class TetherClient {
         url: string;
     }>;
     /**
-     * Cancel a turn, from any replica; the partial answer is kept. A queued
-     * turn leaves the queue (it never runs). A turn that has already ended is a
-     * GoneError; one that changes hands meanwhile (a takeover) is cancelled
-     * with its new owner.
+     * Cancel turn `messageId` of conversation `sessionId`, from any replica;
+     * the partial answer is kept. A queued turn leaves the queue (it never
+     * runs). Resolves true when this call cancelled it, false when it had
+     * already ended (the server's 410, as the Python client's `cancel`); one
+     * that changes hands meanwhile (a takeover) is cancelled with its new owner.
      * @param {string} sessionId
      * @param {string} messageId
      * @param {CallOptions} [options]
+     * @returns {Promise<boolean>}
      */
-    cancel(sessionId: string, messageId: string, options?: CallOptions): Promise<void>;
+    cancel(sessionId: string, messageId: string, options?: CallOptions): Promise<boolean>;
     /**
      * One page of your own conversations, most recently updated first.
      * @param {{limit?: number, cursor?: string | null} & CallOptions} [options]
@@ -112,11 +114,11 @@ export class TetherClient {
     /**
      * Share a conversation with the tenant, or make it private again (owner only).
      * @param {string} sessionId
-     * @param {boolean} shared
+     * @param {boolean} [shared]  default true
      * @param {CallOptions} [options]
      * @returns {Promise<ConversationSummary>}
      */
-    shareConversation(sessionId: string, shared: boolean, options?: CallOptions): Promise<ConversationSummary>;
+    shareConversation(sessionId: string, shared?: boolean, options?: CallOptions): Promise<ConversationSummary>;
     /**
      * Delete a conversation and everything it owns (owner only; a
      * ConversationBusyError while a turn runs in it).

@@ -57,6 +57,7 @@ export class TetherHttpError extends TetherError {
     /** Seconds the server asked to wait (`Retry-After`), if it said. @readonly */
     readonly retryAfter: number | null;
 }
+export { TetherHttpError as TetherHTTPError };
 /**
  * 400: a request the server will not run (`AGENTS_STORAGE_NOT_CONFIGURED`,
  * `BOT_PARAMS_REJECTED`, `INVALID_IDENTITY`, `BAD_REQUEST`).

@@ -18,4 +18,4 @@ export type EndReason = import("./types.js").EndReason;
 export type RecoveryCause = import("./types.js").RecoveryCause;
 export type ClientOptions = import("./client.js").ClientOptions;
 export type SseEvent = import("./sse.js").SseEvent;
-export { AuthenticationError, BadGatewayError, BadRequestError, ConflictError, ConnectionFailedError, ConversationBusyError, errorFromResponse, GatewayTimeoutError, GoneError, InternalServerError, NotFoundError, NotImplementedByServerError, PayloadTooLargeError, PermissionDeniedError, RecoveryError, ServiceUnavailableError, StreamError, TetherError, TetherHttpError, TurnFailedError, TurnOutcomeUnknownError, UnprocessableEntityError } from "./errors.js";
+export { AuthenticationError, BadGatewayError, BadRequestError, ConflictError, ConnectionFailedError, ConversationBusyError, errorFromResponse, GatewayTimeoutError, GoneError, InternalServerError, NotFoundError, NotImplementedByServerError, PayloadTooLargeError, PermissionDeniedError, RecoveryError, ServiceUnavailableError, StreamError, TetherError, TetherHttpError, TetherHTTPError, TurnFailedError, TurnOutcomeUnknownError, UnprocessableEntityError } from "./errors.js";

@@ -61,7 +61,7 @@ export class Turn {
      * heard it waited; null for a turn that never waited.
      * @type {number | null}
      */
-    position: number | null;
+    queuePosition: number | null;
     /**
      * How it ended, once it has.
      * @type {{reason: EndReason, error: StreamFailure | null} | null}
@@ -70,18 +70,34 @@ export class Turn {
         reason: EndReason;
         error: StreamFailure | null;
     } | null;
+    /**
+     * The old name of `queuePosition` (the Python client's `queue_position`).
+     * @deprecated use `queuePosition`
+     * @returns {number | null}
+     */
+    get position(): number | null;
     /** Whether the turn is no longer read: `close()` was called, or its reading is over. */
     get closed(): boolean;
     /** Stop reading. The turn itself goes on (`cancel()` stops it). */
     close(): void;
-    /** Cancel the turn, from whichever replica answers; the partial answer is kept. */
-    cancel(): Promise<void>;
+    /**
+     * Cancel the turn, from whichever replica answers; the partial answer is
+     * kept. False when it had already ended.
+     * @returns {Promise<boolean>}
+     */
+    cancel(): Promise<boolean>;
     /**
      * Send the turn (`TetherClient.startTurn` calls it; see start.js): refusals
      * are thrown here, before anything is read.
      * @param {Omit<NewTurn, "sessionId" | "recoverable" | "signal">} request
      */
     start(request: Omit<NewTurn, "sessionId" | "recoverable" | "signal">): Promise<void>;
+    /**
+     * Read the turn to its end: its final answer (null if it had none); throws
+     * TurnFailedError if the turn ends errored.
+     * @returns {Promise<ChatMessage | null>}
+     */
+    answer(): Promise<ChatMessage | null>;
     /**
      * Everything that happens to the turn, until its end (or `close()`).
      * @returns {AsyncGenerator<TurnEvent, void, undefined>}

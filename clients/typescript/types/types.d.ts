@@ -95,7 +95,7 @@ export type TurnRequest = {
 /**
  * What a new turn does when another turn occupies its conversation:
  * `reject` (ConversationBusyError), `enqueue` (wait, and run after the turns
- * before it: `turn.queued`, `turn.position`), `interrupt` (cancel it, its
+ * before it: `turn.queued`, `turn.queuePosition`), `interrupt` (cancel it, its
  * partial answer kept, and start at once) or `rollback` (interrupt, and
  * remove the interrupted turn from the transcript).
  */

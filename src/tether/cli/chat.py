@@ -20,13 +20,13 @@ from rich.live import Live
 from rich.text import Text
 
 from tether.client import (
-    AsyncTetherClient,
     ConversationBusyError,
     RecoveryError,
+    TetherClient,
     TetherError,
     TetherHTTPError,
+    Turn,
     TurnFailedError,
-    TurnStream,
     TurnUpdate,
 )
 
@@ -120,7 +120,7 @@ async def run_chat(
     progress = _Progress(started=time.monotonic())
     try:
         async with (
-            AsyncTetherClient(
+            TetherClient(
                 url, tenant=tenant, requester_uuid=user, token=token, transport=transport
             ) as client,
             client.stream(
@@ -148,7 +148,7 @@ async def run_chat(
     return 0 if progress.status in (None, "done") else 1
 
 
-async def _follow(turn: TurnStream, progress: _Progress, console: Console) -> None:
+async def _follow(turn: Turn, progress: _Progress, console: Console) -> None:
     if not console.is_terminal:
         # Piped or captured: no live redraws, just the final answer once.
         async for update in turn:

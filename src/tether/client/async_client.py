@@ -1,10 +1,9 @@
-"""``AsyncTetherClient``: tether's HTTP API for asyncio code, with turns that
-recover by themselves.
+"""``TetherClient``: tether's HTTP API for asyncio code, with turns that
+recover by themselves (``SyncTetherClient`` is its twin for blocking code).
 
-    async with AsyncTetherClient("http://lb:8000", tenant="acme", requester_uuid="alice") as client:
-        async with client.stream(agent_identifier="assistant", message="Hi") as turn:
-            async for update in turn:
-                print(update.content)
+    async with TetherClient("http://lb:8000", tenant="acme", requester_uuid="alice") as client:
+        async for update in client.stream(agent_identifier="assistant", message="Hi"):
+            print(update.content)
 
 ``base_url`` is one URL (a load balancer's, or a single replica's) or a list
 of replica URLs: any replica serves any request, and a request that one
@@ -36,11 +35,11 @@ from tether.client.models import (
     Conversation,
     ConversationPage,
     ConversationSummary,
-    StreamStatus,
+    TurnStatus,
 )
 from tether.client.observer import TurnObserver
 from tether.client.recovery import RETRYABLE_STATUSES, Timeouts, TurnDriver, TurnState
-from tether.client.turn import TurnStream
+from tether.client.turn import Turn
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import MultitaskStrategy
 
@@ -55,7 +54,7 @@ streams anything new: a minute leaves a wide margin."""
 _CONTROL_PAUSE = 0.1
 
 
-class AsyncTetherClient:
+class TetherClient:
     """One identity in one tenant, talking to a tether deployment.
 
     ``timeout`` bounds each request and how long a new turn may find no
@@ -108,7 +107,7 @@ class AsyncTetherClient:
         if self._owns_http:
             await self.http.aclose()
 
-    async def __aenter__(self) -> AsyncTetherClient:
+    async def __aenter__(self) -> TetherClient:
         return self
 
     async def __aexit__(
@@ -132,14 +131,14 @@ class AsyncTetherClient:
         conversation_context: dict[str, Any] | None = None,
         multitask_strategy: MultitaskStrategy = "reject",
         observer: TurnObserver | None = None,
-    ) -> TurnStream:
+    ) -> Turn:
         """Start a turn with the user's ``message`` and follow it to its end.
 
         Without ``session_id`` the turn starts a new conversation under an id
         the client makes up (``turn.session_id``). Only a stateful turn (the
         default) can be recovered: the server checkpoints it and any replica
         can resume it. Nothing is sent until the first iteration (or
-        ``await turn.start()``).
+        ``await turn.start()``; ``start_turn`` is both in one call).
 
         ``multitask_strategy`` says what happens when another turn occupies
         the conversation: ``reject`` raises ``ConversationBusyError``;
@@ -177,17 +176,50 @@ class AsyncTetherClient:
             recoverable=stateful,
             observer=observer,
         )
-        return TurnStream(driver, self.cancel)
+        return Turn(driver, self.cancel)
+
+    async def start_turn(
+        self,
+        *,
+        agent_identifier: str,
+        message: str | ChatMessage,
+        session_id: str | None = None,
+        stateful: bool = True,
+        bot_params: dict[str, Any] | None = None,
+        conversation_context: dict[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
+        observer: TurnObserver | None = None,
+    ) -> Turn:
+        """``stream(...)`` sent: returns the ``Turn`` once a replica started it or
+        queued it (``message_id`` is then known, and ``queue_position`` for a
+        queued turn). Refusals (a busy conversation with ``reject``, an unknown
+        agent...) raise here. Read it (``async for``, ``answer()``,
+        ``events()``) or ``aclose()`` it: it holds a connection."""
+        turn = self.stream(
+            agent_identifier=agent_identifier,
+            message=message,
+            session_id=session_id,
+            stateful=stateful,
+            bot_params=bot_params,
+            conversation_context=conversation_context,
+            multitask_strategy=multitask_strategy,
+            observer=observer,
+        )
+        try:
+            return await turn.start()
+        except BaseException:
+            await turn.aclose()
+            raise
 
     def follow(
         self,
-        *,
         session_id: str,
         message_id: str,
+        *,
         last_event_id: str | None = None,
         agent_identifier: str | None = None,
         observer: TurnObserver | None = None,
-    ) -> TurnStream:
+    ) -> Turn:
         """Follow a turn that is already running (or ended): after
         ``last_event_id`` when given, else from the whole answer so far. It
         is recovered like a turn this client started; a resume learns the
@@ -197,7 +229,7 @@ class AsyncTetherClient:
             agent_identifier=agent_identifier,
             observer=observer,
         )
-        return TurnStream(driver, self.cancel)
+        return Turn(driver, self.cancel)
 
     def _driver(self, state: TurnState, **options: Any) -> TurnDriver:
         return TurnDriver(
@@ -210,7 +242,7 @@ class AsyncTetherClient:
             **options,
         )
 
-    async def status(self, session_id: str) -> StreamStatus | None:
+    async def status(self, session_id: str) -> TurnStatus | None:
         """Which turn occupies the conversation and its verdict (running, done,
         errored, cancelled, dead), and the turns queued after it (``queue``);
         None when the servers know no turn of it."""
@@ -218,12 +250,14 @@ class AsyncTetherClient:
             body = await self._call(routes.status(self.tenant, session_id))
         except NotFoundError:
             return None
-        return StreamStatus.from_json(body)
+        return TurnStatus.from_json(body)
 
-    async def cancel(self, message_id: str, session_id: str | None = None) -> bool:
-        """Cancel a running turn, from any replica (the partial answer is kept),
-        or take a queued one out of its queue (it never runs). True when this
-        call cancelled it; False when it had already ended."""
+    async def cancel(self, session_id: str | None, message_id: str) -> bool:
+        """Cancel turn ``message_id`` of conversation ``session_id``, from any
+        replica (the partial answer is kept), or take a queued one out of its
+        queue (it never runs). True when this call cancelled it; False when it
+        had already ended. The conversation comes first, as in the TypeScript
+        client; None leaves it to the server to find the turn by its id."""
         route = routes.cancel(self.tenant, message_id, session_id)
         deadline = time.monotonic() + self.timeouts.recovery
         while True:
@@ -317,3 +351,8 @@ class AsyncTetherClient:
                     f"no replica answered {route.method} {route.path}"
                 ) from last
             await asyncio.sleep(_CONTROL_PAUSE)
+
+
+AsyncTetherClient = TetherClient
+"""The old name of ``TetherClient`` (deprecated): ``TetherClient`` is the asyncio
+client now, and ``SyncTetherClient`` the blocking one."""

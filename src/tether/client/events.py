@@ -56,7 +56,7 @@ class QueuedEvent:
     position: int | None
 
 
-TurnEvent = MessageEvent | StatusEvent | ErrorEvent | QueuedEvent
+WireEvent = MessageEvent | StatusEvent | ErrorEvent | QueuedEvent
 
 
 def split_event_id(event_id: str) -> tuple[str, int | None]:
@@ -65,7 +65,7 @@ def split_event_id(event_id: str) -> tuple[str, int | None]:
     return message_id, int(index) if index.isdigit() else None
 
 
-def decode(event: SSEEvent) -> TurnEvent | None:
+def decode(event: SSEEvent) -> WireEvent | None:
     payload = _json(event.data)
     if event.event == "new_message" and isinstance(payload, dict):
         message_id, index = split_event_id(event.id)

@@ -19,6 +19,7 @@ __all__ = [
     "ConversationSummary",
     "QueuedMessage",
     "StreamStatus",
+    "TurnStatus",
     "TurnUpdate",
 ]
 
@@ -42,7 +43,7 @@ class QueuedMessage:
 
 
 @dataclass(frozen=True)
-class StreamStatus:
+class TurnStatus:
     """``GET /chat/stream/status``: who occupies the conversation, and its verdict
     (running, done, errored, cancelled, dead); ``queue``: the turns waiting
     after it, in the order they will run."""
@@ -55,7 +56,7 @@ class StreamStatus:
     queue: tuple[QueuedMessage, ...] = ()
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> StreamStatus:
+    def from_json(cls, body: dict[str, Any]) -> TurnStatus:
         return cls(
             message_id=str(body["message_id"]),
             status=str(body["status"]),
@@ -71,6 +72,10 @@ class StreamStatus:
             if entry.message_id == message_id:
                 return place
         return None
+
+
+StreamStatus = TurnStatus
+"""The old name of ``TurnStatus`` (deprecated; the TypeScript client's name is ``TurnStatus``)."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """Watching a turn's client at work: every connection it opens, every event on it.
 
 The client keeps a ``Connection`` record per request for a turn's stream
-(``TurnStream.connections``), and tells a ``TurnObserver``, if it was given
-one, as each happens; the crash test keeps them as its evidence.
+(``Turn.connections``), and tells a ``TurnObserver``, if it was given
+one, as each happens; the crash test keeps them as its evidence. The observer
+also hears the turn's events (``TurnObserver.event``: ``turn``, ``stream``,
+``queued``, ``message``, ``dropped``, ``recovering``, ``end``), the ones
+``Turn.events()`` yields and the TypeScript client's ``Turn.events()`` yields.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from tether.client.events import ErrorEvent
 from tether.client.held_message import taken_back
 from tether.client.models import TurnUpdate
 from tether.client.sse import SSEEvent
+from tether.client.turn_events import TurnEvent
 
 
 @dataclass
@@ -47,8 +51,14 @@ class Connection:
 
 class TurnObserver:
     """Hears every connection a turn's client opens and every event on it, as
-    they happen (the crash test keeps them as evidence). Does nothing here
-    but count the updates the client dropped."""
+    they happen (the crash test keeps them as evidence), and the turn's own
+    events (``event``). Does nothing here but count the updates the client
+    dropped.
+
+    ``opened``, ``responded``, ``received`` and ``closed`` are the Python
+    client's alone (the TypeScript client tells no connection apart from its
+    ``stream`` event); ``event`` hears what both clients' ``Turn.events()``
+    yield."""
 
     dropped_updates: int = 0
     """Updates not shown because they would have taken text back."""
@@ -66,6 +76,10 @@ class TurnObserver:
 
     def closed(self, connection: Connection) -> None:
         """It is over (ended, refused, broken, or given up)."""
+
+    def event(self, event: TurnEvent) -> None:
+        """One of the turn's events (``tether.client.turn_events``), as it happens:
+        the same ``type`` and fields as the TypeScript client's ``TurnEvent``."""
 
     def dropped(self, connection: Connection, update: TurnUpdate, shown: TurnUpdate) -> None:
         """``update`` arrived on ``connection`` and was not shown: its text does

@@ -46,7 +46,7 @@ import random as _random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx2
 
@@ -63,10 +63,22 @@ from tether.client.errors import (
     error_from_response,
 )
 from tether.client.events import ErrorEvent, MessageEvent, QueuedEvent, StatusEvent, decode
-from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards
-from tether.client.models import Conversation, StreamStatus, TurnUpdate
+from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards, taken_back
+from tether.client.models import Conversation, TurnStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
 from tether.client.sse import SSEEvent, iter_sse
+from tether.client.turn_events import (
+    MessageDropped,
+    MessageShown,
+    Recovering,
+    RecoveryCause,
+    StreamFailure,
+    StreamOpened,
+    TurnEnded,
+    TurnEvent,
+    TurnKnown,
+    TurnQueued,
+)
 from tether.domain.chat_message import ChatMessage
 from tether.handlers.turn_ends import ending_of
 
@@ -99,6 +111,10 @@ class TurnState:
     """Its place in line (1: next) when the client last heard it waited."""
     path: list[str] = field(default_factory=list)
     """Each connection's label, and ``transcript`` when the answer came from there."""
+    dropped_updates: int = 0
+    """Updates not shown because their text does not extend the answer shown."""
+    dropped_characters: int = 0
+    """The characters of the answer shown they would have taken back."""
     connections: list[Connection] = field(default_factory=list)
 
 
@@ -125,7 +141,7 @@ class _ReadTranscript:
 class Accepted:
     """What ``TurnDriver.run`` yields, once, when a replica accepted the new
     turn: started it (201) or queued it (202, after its ``queued`` event).
-    ``TurnStream.start`` waits for it; iterating skips it."""
+    ``Turn.start`` waits for it; iterating skips it."""
 
 
 ACCEPTED = Accepted()
@@ -177,6 +193,13 @@ class TurnDriver:
         """``ACCEPTED`` was yielded."""
         self._backoff = Backoff(_FIRST_PAUSE, _LONGEST_PAUSE, random=random)
         self._deadline = time.monotonic() + timeouts.recovery
+        self.sink: Callable[[TurnEvent], None] | None = None
+        """Hears every ``TurnEvent`` besides the observer (``Turn.events``)."""
+        self._announced: str | None = None
+        """The message id of the last ``turn`` event."""
+        self._waits_at: int | None = None
+        """The place in the queue of the turn the next stream attaches to: told
+        as a ``queued`` event once that stream is open."""
 
     @property
     def starts(self) -> bool:
@@ -227,6 +250,7 @@ class TurnDriver:
                 return
             if refusal is not None and refusal.status_code not in _ASK_AGAIN:
                 raise refusal
+            self._recovering(connection)
             if connection.failure is not None or self._retryable(connection):
                 self.endpoints.failed(connection.url)
             request = url = None
@@ -259,6 +283,12 @@ class TurnDriver:
                 if request.kind == "start":
                     state.message_id = response.headers.get(routes.MESSAGE_ID_HEADER)
                     state.queued = state.queued or response.status_code == 202
+                self._announce()
+                self._emit(StreamOpened(request.kind, connection.url))
+                if self._waits_at is not None and state.message_id is not None:
+                    self._emit(TurnQueued(state.message_id, self._waits_at))
+                self._waits_at = None
+                if request.kind == "start":
                     if response.status_code != 202 and not self._accepted:
                         # Started at once; a 202 (queued) is accepted with
                         # its ``queued`` event, which says where it waits.
@@ -290,6 +320,8 @@ class TurnDriver:
             if state.message_id is None and event.message_id:
                 state.message_id = event.message_id
             self._waits(event.position)
+            self._announce()
+            self._emit(TurnQueued(state.message_id or event.message_id, event.position))
             if not self._accepted:
                 self._accepted = True
                 return ACCEPTED
@@ -302,6 +334,7 @@ class TurnDriver:
                 state.message_id = event.message_id
             if event.message_id != state.message_id:
                 return None
+            self._announce()
             # Every event counts for the stream's message, shown or not: a
             # delta applies to the one before it.
             message = streamed.apply(event.data)
@@ -316,8 +349,13 @@ class TurnDriver:
             update = _update(message, event.index, event.event_id, state)
             if state.latest is not None and goes_backwards(state.latest.message, message):
                 self.observer.dropped(connection, update, state.latest)
+                shown = state.latest.message
+                state.dropped_updates += 1
+                state.dropped_characters += taken_back(shown, message)
+                self._emit(MessageDropped(message, shown, event.event_id, event.index))
                 return None
             state.latest = update
+            self._emit(MessageShown(message, event.event_id, event.index))
             return update
         return None
 
@@ -329,14 +367,15 @@ class TurnDriver:
         if error is not None and error.code in _TRANSIENT_STREAM_ERRORS:
             return False
         if connection.verdict == "errored" or error is not None:
+            self._end("errored", error)
             failed = error or ErrorEvent("ERRORED", "the turn ended errored")
             raise TurnFailedError(failed.code, failed.message, message_id=self.state.message_id)
         if connection.verdict in (None, "done"):
             # A clean close of a live stream is the answer's end (design §3).
-            self.state.outcome = "done"
+            self._end("done")
             return True
         if connection.verdict == "cancelled":
-            self.state.outcome = "cancelled"
+            self._end("cancelled")
             return True
         return False  # dead, gone, or a verdict this client does not know: ask
 
@@ -355,6 +394,7 @@ class TurnDriver:
         refusal, failure = connection.refusal, connection.failure
         if refusal is None and connection.status_code is not None:
             # It started; its stream broke or ended dead: recover it.
+            self._recovering(connection)
             if self.state.message_id is None:
                 self._maybe_started = True
                 return await self._adopt(request)
@@ -405,6 +445,7 @@ class TurnDriver:
             if queued is not None:
                 self.state.message_id = queued
                 self._waits(status.queue_position(queued))
+                self._waits_at = self.state.queue_position
                 return self._attach(), url
             if await self._ours(url, status.message_id):
                 self.state.message_id = status.message_id
@@ -414,7 +455,7 @@ class TurnDriver:
                 f"{status.message_id} cannot be told to answer it"
             )
 
-    def _queued_message(self, status: StreamStatus) -> str | None:
+    def _queued_message(self, status: TurnStatus) -> str | None:
         """The queued turn of this client's lost enqueue: the last one waiting,
         when it is this client's message (in a session the client made up, any)."""
         if self._strategy != "enqueue" or not status.queue:
@@ -454,7 +495,8 @@ class TurnDriver:
             url = await self._usable_url()
             try:
                 status = await self._status(url)
-            except _Unreachable:
+            except _Unreachable as unreachable:
+                self._emit(Recovering(unreachable.cause, unreachable.__cause__))
                 self.endpoints.failed(url)
                 await self._wait()
                 continue
@@ -464,10 +506,11 @@ class TurnDriver:
             if position is not None:
                 # Still waiting its turn: the attach waits for it to start.
                 self._waits(position)
+                self._waits_at = position
                 return self._attach(), url
             return _ReadTranscript(displaced=status is not None)
 
-    async def _continuation(self, status: StreamStatus, url: str) -> tuple[routes.Route, str]:
+    async def _continuation(self, status: TurnStatus, url: str) -> tuple[routes.Route, str]:
         """The request that continues the turn, given its status at ``url``."""
         state = self.state
         assert state.message_id is not None
@@ -518,7 +561,8 @@ class TurnDriver:
             try:
                 conversation = await self._conversation(url)
                 break
-            except _Unreachable:
+            except _Unreachable as unreachable:
+                self._emit(Recovering(unreachable.cause, unreachable.__cause__))
                 self.endpoints.failed(url)
                 await self._wait()
         messages = conversation.messages if conversation else []
@@ -527,6 +571,7 @@ class TurnDriver:
             self._waits(state.queue_position)
             return _StillQueued()
         state.path.append("transcript")
+        self._announce()
         answer = next((m for m in messages if m.message_id == state.message_id), None)
         if answer is None:
             if displaced or (state.queued and f"{state.message_id}-user" not in ids):
@@ -534,7 +579,7 @@ class TurnDriver:
                 # an answer (an interrupt or a rollback, a cancel), or it left
                 # the queue without starting: cancelled (or dropped, for it
                 # could never run), as its own stream would have said.
-                state.outcome = "cancelled"
+                self._end("cancelled")
                 return None
             raise RecoveryError(
                 f"turn {state.message_id} is no longer known and left no answer",
@@ -544,26 +589,27 @@ class TurnDriver:
         # verdict its own stream would have told.
         ending = ending_of(answer)
         if ending.reason == "errored":
-            raise TurnFailedError(
-                ending.error_code or "ERRORED",
-                ending.error_message or "the turn ended errored",
-                message_id=state.message_id,
+            failure = StreamFailure(
+                ending.error_code or "ERRORED", ending.error_message or "the turn ended errored"
             )
-        state.outcome = ending.reason
+            self._end("errored", failure)
+            raise TurnFailedError(failure.code, failure.message, message_id=state.message_id)
         latest = state.latest
+        update: TurnUpdate | None = None
         if latest is None or latest.message != answer:
             # The answer the conversation keeps, shown even where it does not
             # extend what a stream showed: the transcript is what stays.
             update = _update(answer, None, None, state)
             state.latest = update
-            return update
-        return None
+            self._emit(MessageShown(answer, None, None))
+        self._end("done" if ending.reason == "done" else "cancelled")
+        return update
 
     # ------------------------------------------------------------- requests
 
-    async def _status(self, url: str) -> StreamStatus | None:
+    async def _status(self, url: str) -> TurnStatus | None:
         body = await self._get(url, routes.status(self.tenant, self.state.session_id))
-        return StreamStatus.from_json(body) if body is not None else None
+        return TurnStatus.from_json(body) if body is not None else None
 
     async def _conversation(self, url: str) -> Conversation | None:
         route = routes.get_conversation(self.tenant, self.state.session_id)
@@ -589,14 +635,57 @@ class TurnDriver:
                 **route.options(self.headers),
             )
         except httpx2.TransportError as failure:
-            raise _Unreachable from failure
+            raise _Unreachable("unreachable") from failure
         if response.status_code == 404 and _is_ours(response):
             return None
         if response.status_code in RETRYABLE_STATUSES:
-            raise _Unreachable
+            refusal = error_from_response(response.status_code, response.text, response.headers)
+            raise _Unreachable("unavailable") from refusal
         if response.status_code >= 300:
             raise error_from_response(response.status_code, response.text, response.headers)
         return response.json()
+
+    # ---------------------------------------------------------------- events
+
+    def _emit(self, event: TurnEvent) -> None:
+        self.observer.event(event)
+        if self.sink is not None:
+            self.sink(event)
+
+    def _announce(self) -> None:
+        """A ``turn`` event, once per turn followed, before anything else of it."""
+        message_id = self.state.message_id
+        if message_id is not None and message_id != self._announced:
+            self._announced = message_id
+            self._emit(TurnKnown(message_id))
+
+    def _end(
+        self, reason: Literal["done", "errored", "cancelled"], error: ErrorEvent | None = None
+    ) -> None:
+        """The turn's end: its outcome (done, cancelled) and the ``end`` event."""
+        if reason != "errored":
+            self.state.outcome = reason
+        self._announce()
+        self._emit(TurnEnded(reason, error))
+
+    def _recovering(self, connection: Connection) -> None:
+        """The ``recovering`` event for a stream that did not tell the turn's end."""
+        failure, refusal = connection.failure, connection.refusal
+        cause: RecoveryCause
+        error: BaseException | StreamFailure | None
+        if failure is not None:
+            refused = connection.status_code is None and isinstance(
+                failure, httpx2.ConnectError | httpx2.ConnectTimeout
+            )
+            cause, error = ("unreachable" if refused else "disconnected"), failure
+        elif refusal is not None:
+            retryable = refusal.status_code in RETRYABLE_STATUSES
+            cause, error = ("unavailable" if retryable else "refused"), refusal
+        elif connection.verdict in ("dead", "gone"):
+            cause, error = ("dead" if connection.verdict == "dead" else "gone"), connection.error
+        else:
+            cause, error = "interrupted", connection.error
+        self._emit(Recovering(cause, error))
 
     # ---------------------------------------------------------------- pacing
 
@@ -621,7 +710,12 @@ class TurnDriver:
 
 
 class _Unreachable(Exception):
-    """A request that got no usable answer from this base URL."""
+    """A request that got no usable answer from this base URL: none at all
+    (``unreachable``), or a 502, 503 or 504 (``unavailable``)."""
+
+    def __init__(self, cause: RecoveryCause) -> None:
+        super().__init__(cause)
+        self.cause: RecoveryCause = cause
 
 
 def _is_ours(response: httpx2.Response) -> bool:

@@ -1,16 +1,30 @@
-"""``TurnStream``: one turn as its client follows it, message after message."""
+"""``Turn``: one turn as its client follows it, message after message."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
 from types import TracebackType
 
+from tether.client.errors import TurnFailedError
 from tether.client.models import TurnUpdate
 from tether.client.observer import Connection
 from tether.client.recovery import Accepted, TurnDriver, TurnState
+from tether.client.turn_events import TurnEvent
+from tether.domain.chat_message import ChatMessage
 
 
-class TurnStream:
+@dataclass(frozen=True)
+class Dropped:
+    """Updates not shown because their text does not extend the answer so far
+    (shorter, or other text), and the characters they would have taken back."""
+
+    updates: int = 0
+    characters: int = 0
+
+
+class Turn:
     """A turn being streamed: iterate it for the whole answer so far, again and
     again, until the turn ends; reconnects, takeovers and replica failures
     happen inside the iteration.
@@ -26,7 +40,10 @@ class TurnStream:
     place in line, and the iteration yields its messages once it starts.
     ``await start()`` sends the turn and returns once a replica accepted it,
     so that ``message_id`` and ``queue_position`` are known before its first
-    message.
+    message (``TetherClient.start_turn`` returns it so).
+
+    Read it once: its updates (``async for``, ``answer()``), or everything
+    that happens to it (``events()``), as the TypeScript client's ``Turn``.
     """
 
     def __init__(self, driver: TurnDriver, cancel: Callable[[str, str], Awaitable[bool]]) -> None:
@@ -37,6 +54,12 @@ class TurnStream:
         self._pending: TurnUpdate | None = None
         """An update ``start`` read before the acceptance it waited for."""
         self._accepted = False
+        self._reading: str | None = None
+        """How the turn is read: ``updates`` or ``events`` (once chosen, for good)."""
+        self._events: deque[TurnEvent] | None = deque()
+        """The events not yet handed on, kept until the turn is read by its
+        updates (``start`` may tell some before ``events()`` is called)."""
+        driver.sink = self._events.append
 
     # ------------------------------------------------------ what is known
 
@@ -68,6 +91,31 @@ class TurnStream:
         return self._state.latest
 
     @property
+    def message(self) -> ChatMessage | None:
+        """The answer so far (``latest.message``): the TypeScript ``Turn.message``."""
+        latest = self._state.latest
+        return latest.message if latest is not None else None
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The id of the last event read (``<message_id>:<index>``): what a
+        reconnect sends as ``Last-Event-ID``, and what ``follow`` takes to go on
+        from there."""
+        return self._state.last_event_id
+
+    @property
+    def dropped(self) -> Dropped:
+        """The updates not shown because they would have taken text back (each
+        also told as a ``dropped`` event), and how many characters."""
+        return Dropped(self._state.dropped_updates, self._state.dropped_characters)
+
+    @property
+    def url(self) -> str | None:
+        """The base URL of the stream read last (None before the first)."""
+        connections = self._state.connections
+        return connections[-1].url if connections else None
+
+    @property
     def outcome(self) -> str | None:
         """``done`` or ``cancelled`` once the iteration has ended normally (a
         queued turn cancelled before it started ends ``cancelled`` too)."""
@@ -91,7 +139,7 @@ class TurnStream:
 
     # ----------------------------------------------------------- iterating
 
-    def __aiter__(self) -> TurnStream:
+    def __aiter__(self) -> Turn:
         return self
 
     def _run(self) -> AsyncGenerator[TurnUpdate | Accepted, None]:
@@ -99,7 +147,7 @@ class TurnStream:
             self._updates = self._driver.run()
         return self._updates
 
-    async def start(self) -> TurnStream:
+    async def start(self) -> Turn:
         """Send the turn (for ``stream``; a ``follow`` has nothing to send) and
         return once a replica started it or queued it: ``message_id`` is then
         known, and ``queue_position`` for a queued turn. Refusals (a busy
@@ -117,6 +165,11 @@ class TurnStream:
         return self
 
     async def __anext__(self) -> TurnUpdate:
+        if self._reading != "updates":
+            if self._reading is not None:
+                raise TypeError("a Turn is read once: events() or its updates")
+            self._reading = "updates"
+            self._driver.sink = self._events = None  # nobody will read them
         if self._pending is not None:
             pending, self._pending = self._pending, None
             return pending
@@ -125,6 +178,33 @@ class TurnStream:
             item = await updates.__anext__()
             if not isinstance(item, Accepted):
                 return item
+
+    async def events(self) -> AsyncGenerator[TurnEvent, None]:
+        """Everything that happens to the turn, in order, until its end: the
+        TypeScript client's ``Turn.events()`` (``tether.client.turn_events``:
+        ``turn``, ``stream``, ``queued``, ``message``, ``dropped``,
+        ``recovering``, ``end``). A turn that ends errored ends with its
+        ``end`` event rather than ``TurnFailedError``; ``RecoveryError`` and
+        refusals raise as they do for the updates."""
+        queue = self._events
+        if self._reading is not None or queue is None:
+            raise TypeError("a Turn is read once: events() or its updates")
+        self._reading = "events"
+        self._pending = None  # told already, as its ``message`` event
+        updates = self._run()
+        while True:
+            while queue:
+                yield queue.popleft()
+            try:
+                await updates.__anext__()
+            except StopAsyncIteration:
+                break
+            except TurnFailedError:
+                if not any(event.type == "end" for event in queue):
+                    raise
+                break
+        while queue:
+            yield queue.popleft()
 
     async def answer(self) -> TurnUpdate | None:
         """Read the turn to its end; its final answer (None if it had none)."""
@@ -138,14 +218,14 @@ class TurnStream:
         ``outcome == "cancelled"``."""
         if self.message_id is None:
             raise RuntimeError("the turn has not started yet: nothing to cancel")
-        return await self._cancel(self.message_id, self.session_id)
+        return await self._cancel(self.session_id, self.message_id)
 
     async def aclose(self) -> None:
         """Hang up. The turn goes on on the server; ``follow`` picks it up again."""
         if self._updates is not None:
             await self._updates.aclose()
 
-    async def __aenter__(self) -> TurnStream:
+    async def __aenter__(self) -> Turn:
         return self
 
     async def __aexit__(
@@ -155,3 +235,7 @@ class TurnStream:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+TurnStream = Turn
+"""The old name of ``Turn`` (deprecated)."""

@@ -3,7 +3,7 @@ what it got, a stream as a ``reader.TurnReader`` (every event kept with the
 moment it arrived), and what the client has shown its user across them.
 
 The requests are ``tether.client``'s (``routes``), and so is the recovery
-(``recovery.py`` here drives ``AsyncTetherClient.follow``); this module and
+(``recovery.py`` here drives ``TetherClient.follow``); this module and
 ``reader`` only keep the evidence.
 
 With a load balancer in front (``TetherAPI(front=...)``), every request goes
@@ -20,7 +20,7 @@ from typing import Any
 import httpx2
 
 from tether.client import routes
-from tether.client.models import StreamStatus
+from tether.client.models import TurnStatus
 from tether.crashtest.load_balancer import PIN_HEADER, HAProxy
 from tether.crashtest.reader import TurnReader
 
@@ -28,8 +28,8 @@ __all__ = [
     "REQUESTER",
     "TENANT",
     "ClientView",
-    "StreamStatus",
     "TetherAPI",
+    "TurnStatus",
 ]
 
 TENANT = "crash-test"
@@ -142,13 +142,13 @@ class TetherAPI:
         url, pin = self._target(base_url)
         return await self.http.request(route.method, route.url(url), **route.options(pin))
 
-    async def status(self, base_url: str, session_id: str) -> StreamStatus | None:
+    async def status(self, base_url: str, session_id: str) -> TurnStatus | None:
         """The conversation's turn and verdict; None when the server knows none (404)."""
         response = await self._send(routes.status(TENANT, session_id), base_url)
         if response.status_code == 404:
             return None
         response.raise_for_status()
-        return StreamStatus.from_json(response.json())
+        return TurnStatus.from_json(response.json())
 
     async def transcript(self, base_url: str, session_id: str) -> list[dict[str, Any]] | None:
         """The conversation's messages; None when it does not exist (404) or the

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import httpx2
 
-from tether.client import AsyncTetherClient, RotatingEndpoints, routes
+from tether.client import RotatingEndpoints, TetherClient, routes
 from tether.client.errors import ConversationBusyError, TetherError
-from tether.client.turn import TurnStream
+from tether.client.turn import Turn
 from tether.crashtest.client import REQUESTER, TENANT, TIMEOUT
 from tether.crashtest.cluster import Replica
 from tether.crashtest.conversation_checks import (
@@ -155,8 +155,8 @@ async def play_conversation_round(
     return [slot.result for slot in slots]
 
 
-def _client(ctx: RoundContext, urls: Sequence[str], bound: float) -> AsyncTetherClient:
-    return AsyncTetherClient(
+def _client(ctx: RoundContext, urls: Sequence[str], bound: float) -> TetherClient:
+    return TetherClient(
         RotatingEndpoints(list(urls)),
         tenant=TENANT,
         requester_uuid=REQUESTER,
@@ -177,7 +177,7 @@ def _elsewhere(ctx: RoundContext, producer: Replica) -> list[str]:
 
 
 async def _follow(
-    stream: TurnStream, trace: TurnTrace, *, after: int = 0, reached: asyncio.Event | None = None
+    stream: Turn, trace: TurnTrace, *, after: int = 0, reached: asyncio.Event | None = None
 ) -> None:
     """Follow the turn to its end, noting every text its client was shown
     and what the server sent that its guard kept off the screen (text going

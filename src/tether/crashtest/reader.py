@@ -3,7 +3,7 @@ the moment it arrived.
 
 A reader either reads its own request in the background (the round's first
 stream, a follower) or is fed by the client's recovery (``recovery.py``
-drives ``tether.client``'s ``AsyncTetherClient.follow``), one reader per
+drives ``tether.client``'s ``TetherClient.follow``), one reader per
 connection it opens. Either survives the replica dying under it; its record
 (events, how it ended) is what the invariants are checked against. The SSE
 parsing and the event decoding are ``tether.client``'s (``sse``, ``events``).

@@ -3,7 +3,7 @@
 The recovery is the Python client's own (``tether.client``: status, then
 attach with ``Last-Event-ID``, resume when the producer is dead, attach when a
 replica took it over first, the transcript once the stream is gone), run
-through ``AsyncTetherClient.follow``. What this module adds is the crash
+through ``TetherClient.follow``. What this module adds is the crash
 test's side: where the client may turn (the replicas other than the failing
 one, or the load balancer in front of them), and the evidence: each
 connection the client opens becomes a ``TurnReader`` holding every event with
@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tether.client import AsyncTetherClient, RotatingEndpoints
+from tether.client import RotatingEndpoints, TetherClient
 from tether.client.endpoints import Endpoints
 from tether.client.errors import RecoveryError, TetherHTTPError, TurnFailedError
 from tether.client.observer import Connection, TurnObserver
@@ -68,7 +68,7 @@ async def recover(
         else _Survivors(cluster, failing, failed_start)
     )
     evidence = _Evidence(cluster, view, on_takeover, resumed_from_index)
-    client = AsyncTetherClient(
+    client = TetherClient(
         endpoints,
         tenant=TENANT,
         requester_uuid=REQUESTER,
@@ -79,8 +79,8 @@ async def recover(
         recovery_timeout=max(1.0, deadline - time.monotonic()),
     )
     turn = client.follow(
-        session_id=session_id,
-        message_id=message_id,
+        session_id,
+        message_id,
         last_event_id=view.last_event_id,
         agent_identifier=api.agent,
         observer=evidence,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.crashtest.client import StreamStatus
+from tether.crashtest.client import TurnStatus
 from tether.testing.tool_ledger import ToolRun
 
 UNKNOWN_OUTCOME = "may or may not have happened"
@@ -57,7 +57,7 @@ class Expected:
 
 @dataclass(frozen=True)
 class Snapshot:
-    status: StreamStatus | None
+    status: TurnStatus | None
     transcript: tuple[dict[str, Any], ...] | None
 
 
@@ -135,7 +135,7 @@ class ToolCalls:
 @dataclass
 class Observed:
     transcript: list[dict[str, Any]] | None
-    final_status: StreamStatus | None
+    final_status: TurnStatus | None
     tool_runs: int
     readers: list[ReaderTrace] = field(default_factory=list)
     final_streamed: dict[str, Any] | None = None

@@ -10,7 +10,7 @@
 // The page follows one turn at a time: when it ends, the next one of the
 // queue (as the status lists it), on every tab of the conversation.
 
-import { GoneError, NotFoundError, TetherClient } from "./client/index.js";
+import { NotFoundError, TetherClient } from "./client/index.js";
 import { Follower } from "./follow.js";
 import {
   bubbleFor,
@@ -578,18 +578,17 @@ $("transcript").addEventListener("click", async (event) => {
   button.disabled = true;
   item.querySelector(".queue-state").textContent = "Cancelling…";
   try {
-    await client.cancel(page.open.sessionId, messageId);
-    page.cancelled.add(messageId);
-    item.remove();
-    $("notice").textContent = "The queued message was cancelled; it will not be answered.";
-  } catch (error) {
-    if (error instanceof GoneError) {
-      $("notice").textContent = "That message was already answered.";
+    if (await client.cancel(page.open.sessionId, messageId)) {
+      page.cancelled.add(messageId);
+      item.remove();
+      $("notice").textContent = "The queued message was cancelled; it will not be answered.";
     } else {
-      button.disabled = false;
-      item.querySelector(".queue-state").textContent = "Queued: answered after the messages above.";
-      showError(error);
+      $("notice").textContent = "That message was already answered.";
     }
+  } catch (error) {
+    button.disabled = false;
+    item.querySelector(".queue-state").textContent = "Queued: answered after the messages above.";
+    showError(error);
   }
 });
 
