@@ -38,7 +38,8 @@ from tether.client.models import (
     TurnStatus,
 )
 from tether.client.observer import TurnObserver
-from tether.client.recovery import RETRYABLE_STATUSES, Timeouts, TurnDriver, TurnState
+from tether.client.recovery import Timeouts, TurnDriver, TurnState
+from tether.client.replica_questions import RETRYABLE_STATUSES
 from tether.client.turn import Turn
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import MultitaskStrategy

@@ -46,7 +46,7 @@ import random as _random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import httpx2
 
@@ -64,8 +64,9 @@ from tether.client.errors import (
 )
 from tether.client.events import ErrorEvent, MessageEvent, QueuedEvent, StatusEvent, decode
 from tether.client.held_message import STREAM_MODE, StreamedMessage, goes_backwards, taken_back
-from tether.client.models import Conversation, TurnStatus, TurnUpdate
+from tether.client.models import TurnStatus, TurnUpdate
 from tether.client.observer import Connection, TurnObserver
+from tether.client.replica_questions import RETRYABLE_STATUSES, ReplicaQuestions, Unreachable
 from tether.client.sse import SSEEvent, iter_sse
 from tether.client.turn_events import (
     MessageDropped,
@@ -82,9 +83,6 @@ from tether.client.turn_events import (
 from tether.domain.chat_message import ChatMessage
 from tether.handlers.turn_ends import ending_of
 
-RETRYABLE_STATUSES = frozenset({502, 503, 504})
-"""Answers that say nothing about the turn, only that this replica (or the proxy)
-cannot serve right now: ask again, elsewhere."""
 _FIRST_PAUSE = 0.05
 _LONGEST_PAUSE = 1.0
 _ASK_AGAIN = frozenset({404, 409, 410, *RETRYABLE_STATUSES})
@@ -182,6 +180,7 @@ class TurnDriver:
         self.observer = observer or TurnObserver()
         self.headers = dict(headers or {})
         """Sent with every request: the caller's identity."""
+        self._ask = ReplicaQuestions(http, tenant, self.headers, timeouts.control)
         self.recoverable = recoverable
         self._start = start
         self._user_message = user_message
@@ -434,8 +433,8 @@ class TurnDriver:
         while True:
             url = await self._usable_url()
             try:
-                status = await self._status(url)
-            except _Unreachable:
+                status = await self._ask.status(url, self.state.session_id)
+            except Unreachable:
                 self.endpoints.failed(url)
                 await self._wait()
                 continue
@@ -470,8 +469,8 @@ class TurnDriver:
         if self._own_session:
             return True  # a session id this client made up: nobody else's turn
         try:
-            conversation = await self._conversation(url)
-        except (_Unreachable, TetherHTTPError):
+            conversation = await self._ask.conversation(url, self.state.session_id)
+        except (Unreachable, TetherHTTPError):
             return False
         users = [m for m in (conversation.messages if conversation else []) if m.sender == "user"]
         return bool(users) and (
@@ -494,8 +493,8 @@ class TurnDriver:
         while True:
             url = await self._usable_url()
             try:
-                status = await self._status(url)
-            except _Unreachable as unreachable:
+                status = await self._ask.status(url, self.state.session_id)
+            except Unreachable as unreachable:
                 self._emit(Recovering(unreachable.cause, unreachable.__cause__))
                 self.endpoints.failed(url)
                 await self._wait()
@@ -515,7 +514,7 @@ class TurnDriver:
         state = self.state
         assert state.message_id is not None
         if status.status == "dead":
-            agent = self.agent_identifier or await self._agent(url)
+            agent = self.agent_identifier or await self._ask.agent(url, self.state.session_id)
             if agent is not None:
                 route = routes.resume(
                     self.tenant,
@@ -559,9 +558,9 @@ class TurnDriver:
         while True:
             url = await self._usable_url()
             try:
-                conversation = await self._conversation(url)
+                conversation = await self._ask.conversation(url, self.state.session_id)
                 break
-            except _Unreachable as unreachable:
+            except Unreachable as unreachable:
                 self._emit(Recovering(unreachable.cause, unreachable.__cause__))
                 self.endpoints.failed(url)
                 await self._wait()
@@ -604,46 +603,6 @@ class TurnDriver:
             self._emit(MessageShown(answer, None, None))
         self._end("done" if ending.reason == "done" else "cancelled")
         return update
-
-    # ------------------------------------------------------------- requests
-
-    async def _status(self, url: str) -> TurnStatus | None:
-        body = await self._get(url, routes.status(self.tenant, self.state.session_id))
-        return TurnStatus.from_json(body) if body is not None else None
-
-    async def _conversation(self, url: str) -> Conversation | None:
-        route = routes.get_conversation(self.tenant, self.state.session_id)
-        body = await self._get(url, route)
-        return Conversation.from_json(body) if body is not None else None
-
-    async def _agent(self, url: str) -> str | None:
-        """The conversation's agent, for a resume of a turn this client did not start."""
-        try:
-            conversation = await self._conversation(url)
-        except TetherHTTPError:
-            return None
-        return conversation.summary.agent_identifier if conversation is not None else None
-
-    async def _get(self, url: str, route: routes.Route) -> Any:
-        """The JSON body; None on a 404; ``_Unreachable`` when worth asking again
-        elsewhere; the typed error otherwise."""
-        try:
-            response = await self.http.request(
-                route.method,
-                route.url(url),
-                timeout=self.timeouts.control,
-                **route.options(self.headers),
-            )
-        except httpx2.TransportError as failure:
-            raise _Unreachable("unreachable") from failure
-        if response.status_code == 404 and _is_ours(response):
-            return None
-        if response.status_code in RETRYABLE_STATUSES:
-            refusal = error_from_response(response.status_code, response.text, response.headers)
-            raise _Unreachable("unavailable") from refusal
-        if response.status_code >= 300:
-            raise error_from_response(response.status_code, response.text, response.headers)
-        return response.json()
 
     # ---------------------------------------------------------------- events
 
@@ -707,24 +666,6 @@ class TurnDriver:
     def _progress(self) -> None:
         self._backoff.reset()
         self._deadline = time.monotonic() + self.timeouts.recovery
-
-
-class _Unreachable(Exception):
-    """A request that got no usable answer from this base URL: none at all
-    (``unreachable``), or a 502, 503 or 504 (``unavailable``)."""
-
-    def __init__(self, cause: RecoveryCause) -> None:
-        super().__init__(cause)
-        self.cause: RecoveryCause = cause
-
-
-def _is_ours(response: httpx2.Response) -> bool:
-    """A 404 from tether (``TURN_NOT_FOUND``), not a proxy's page for an unknown path."""
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and "code" in body
 
 
 def _update(
