@@ -4,6 +4,9 @@ from tests.support.backend_fixtures import backend, bundle, clock, places, store
 from tests.support.browser import browser, screenshot_dir
 from tests.support.services import postgres_url, redis_url
 
+# The contract kit's report of each store's capabilities (test_contracts.py).
+pytest_plugins = ["tether.testing.contracts.report"]
+
 __all__ = [
     "backend",
     "browser",

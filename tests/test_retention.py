@@ -25,8 +25,8 @@ import pytest
 from tests.support.backends import BACKENDS, Backend, SharedPlaces, bundle_of, open_bundle
 from tests.support.inprocess import build
 from tests.support.scripted import question
+from tests.support.seed_only import SeedOnlyConversationStore
 from tether.adapters.memory import InMemoryChatConversationStore
-from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
@@ -271,19 +271,6 @@ def test_the_setting_reads_ages_as_the_prune_command_does() -> None:
         settings_from_env({"TETHER_RETENTION": "30d", "TETHER_RETENTION_INTERVAL": "0"})
 
 
-class _SeedOnlyConversations(ChatConversationStore):
-    """A conversation store with the seed's three methods and nothing more."""
-
-    async def append_messages(self, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError("not used")
-
-    async def set_last_turn_status(self, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError("not used")
-
-    async def get_transcript(self, *args: Any, **kwargs: Any) -> list[ChatMessage]:
-        return []
-
-
 def _memory_stores(**overrides: Any) -> TurnStores:
     bundle = from_url("memory://")
     stores = TurnStores(
@@ -321,10 +308,10 @@ async def _serving(app: Any) -> AsyncIterator[None]:
             id="no-supervision",
         ),
         pytest.param(
-            {"conversation": _SeedOnlyConversations()},
+            {"conversation": SeedOnlyConversationStore()},
             30 * DAY,
             logging.WARNING,
-            "_SeedOnlyConversations does not implement list_stale_conversations, "
+            "SeedOnlyConversationStore does not implement list_stale_conversations, "
             "get_conversation, delete_conversation",
             id="seed-only-conversations",
         ),
