@@ -24,7 +24,6 @@ import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,22 @@ import httpx2
 import pytest
 
 from tests.support.node import node_and_npm
-from tests.support.project import make_project
 from tests.support.services import missing
 from tether.crashtest.cluster import Cluster
 
-pytestmark = [pytest.mark.processes, pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.timeout(300),
+    # A 4 s answer (120 chunks at 30/s) with one calculator call after 5
+    # chunks: long enough to reload, kill or stop mid-answer.
+    pytest.mark.replica_cluster(
+        crash_test=True,
+        chunks_per_second=30,
+        answer_chunks=120,
+        tool_call_after_chunks=5,
+        tool_log=True,
+    ),
+]
 
 PACKAGE = Path(__file__).parent / "ai_sdk"
 PROMPT = "Tell me about rivers and the towns along them."
@@ -79,32 +89,10 @@ def node() -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("ai-sdk")
-    # A 4 s answer (120 chunks at 30/s) with one calculator call after 5
-    # chunks: long enough to reload, kill or stop mid-answer.
-    project = make_project(
-        root / "project", chunks_per_second=30, answer_chunks=120, tool_call_after_chunks=5
-    )
-    cluster = Cluster(
-        project,
-        f"sqlite:///{root}/tether.db",
-        size=2,
-        workdir=root,
-        env={"TETHER_TEST_TOOL_LOG": str(root / "tools.log")},
-    )
-    asyncio.run(cluster.start())
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="module")
-def reference(cluster: Cluster) -> str:
+def reference(crash_test_cluster: Cluster) -> str:
     """The answer to PROMPT in a crash-free run, over tether's own API."""
     response = httpx2.post(
-        f"{cluster.replicas[0].url}/chat/response?tenant={TENANT}",
+        f"{crash_test_cluster.replicas[0].url}/chat/response?tenant={TENANT}",
         headers={"requester-uuid": "reference"},
         json={
             "agent_identifier": "writer",
@@ -118,15 +106,6 @@ def reference(cluster: Cluster) -> str:
     text = str(response.json()["content"])
     assert len(text) > 1000
     return text
-
-
-@pytest.fixture
-def replicas(cluster: Cluster) -> Cluster:
-    """Both replicas up (a test before may have killed one)."""
-    for replica in cluster.replicas:
-        if not replica.alive:
-            asyncio.run(replica.start())
-    return cluster
 
 
 def run_node(node: str, cluster: Cluster, reference: str, group: str) -> str:

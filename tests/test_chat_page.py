@@ -23,10 +23,7 @@ import pytest
 
 from tests.support.browser import DESKTOP, PHONE, wait_for
 from tests.support.metrics import moved, scrape
-from tests.support.project import make_project
-from tests.support.replicas import Replicas, two_replicas
-
-pytestmark = [pytest.mark.browser, pytest.mark.processes]
+from tests.support.replicas import Replicas
 
 PROMPT = "Tell me about rivers and the towns along them."
 AGENT = "writer"
@@ -36,6 +33,20 @@ see the queue on a second tab (which polls every 2 s)."""
 TENANT = "demo"
 ENDED = ("done", "cancelled", "errored")
 
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.processes,
+    # 150 chunks at 25/s: a 6 s answer, long enough to reload, open a second
+    # tab or kill its replica mid-way; one calculator call after 5 chunks.
+    pytest.mark.replica_cluster(
+        chunks_per_second=25,
+        answer_chunks=150,
+        tool_call_after_chunks=5,
+        variants={SLOW_AGENT: {"answer_chunks": 250}},
+        tool_log=True,
+    ),
+]
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _chromium_first(browser: Any) -> Any:
@@ -44,38 +55,11 @@ def _chromium_first(browser: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
-    root = tmp_path_factory.mktemp("page")
-    # 150 chunks at 25/s: a 6 s answer, long enough to reload, open a second
-    # tab or kill its replica mid-way; one calculator call after 5 chunks.
-    project = make_project(
-        root / "project", chunks_per_second=25, answer_chunks=150, tool_call_after_chunks=5
-    )
-    setups_file = project / "agents" / "agent_setups.json"
-    setups = json.loads(setups_file.read_text())
-    writer = next(setup for setup in setups if setup["agent_identifier"] == AGENT)
-    slow = json.loads(json.dumps(writer))
-    slow["agent_identifier"] = SLOW_AGENT
-    slow["agent_configuration"]["llm"]["answer_chunks"] = 250
-    setups_file.write_text(json.dumps([*setups, slow], indent=2))
-    store = f"sqlite:///{root}/tether.db"
-    env = {"TETHER_TEST_TOOL_LOG": str(root / "tools.log")}
-    with two_replicas(project, root, store, env=env) as replicas:
-        yield replicas
-
-
-@pytest.fixture
-def replicas(cluster: Replicas) -> Replicas:
-    cluster.restart()
-    return cluster
-
-
-@pytest.fixture(scope="module")
-def reference(cluster: Replicas) -> str:
+def reference(replica_cluster: Replicas) -> str:
     """The answer to PROMPT in a crash-free run, read over the API, not the page."""
     session = f"reference-{uuid.uuid4().hex[:8]}"
     response = httpx2.post(
-        f"{cluster.one.url}/chat/response?tenant={TENANT}",
+        f"{replica_cluster.one.url}/chat/response?tenant={TENANT}",
         headers={"requester-uuid": "reference"},
         json=_turn(PROMPT, session),
         timeout=60,

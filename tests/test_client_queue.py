@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import pytest
 
-from tests.support.project import make_project
-from tests.support.replicas import Replicas, two_replicas
+from tests.support.replicas import Replicas
 from tests.test_client import _message, _Scripted, _status, _verdict
 from tether.client import QueuedMessage, SyncTetherClient, TetherClient, TurnUpdate
 
@@ -246,22 +245,10 @@ def test_the_sync_client_starts_and_reads_a_queued_turn() -> None:
 
 PROMPT = "Tell me about rivers and the towns along them."
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
-    root = tmp_path_factory.mktemp("queue")
-    # 160 chunks at 40/s: a 4 s answer, time enough to queue behind it.
-    project = make_project(
-        root / "project", chunks_per_second=40, answer_chunks=160, tool_call_after_chunks=None
-    )
-    with two_replicas(project, root, f"sqlite:///{root}/tether.db") as replicas:
-        yield replicas
-
-
-@pytest.fixture
-def replicas(cluster: Replicas) -> Replicas:
-    cluster.restart()  # a test may have killed one
-    return cluster
+# 160 chunks at 40/s: a 4 s answer, time enough to queue behind it.
+pytestmark = pytest.mark.replica_cluster(
+    chunks_per_second=40, answer_chunks=160, tool_call_after_chunks=None
+)
 
 
 async def _running(client: TetherClient, prompt: str, session: str, *, after: int = 1) -> Any:

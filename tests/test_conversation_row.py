@@ -10,7 +10,6 @@ while another replica acts. Each failed before the row had one owner.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -30,15 +29,6 @@ from tether.runtime.live_buffer import EndReason, StreamEnd, StreamEvent
 from tether.testing.interleavings import Hold, hold
 
 KEY = ConversationKey("t", "u", "s1")
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster()
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
 
 
 async def _half_said(cluster: ScriptedCluster, replica: ChatHandler, turn: Turn) -> None:
@@ -373,32 +363,31 @@ async def test_a_verdict_written_before_its_writer_died_is_the_one_the_row_keeps
     assert ending_of(_bot(transcript, first.message_id)).reason == "done"
 
 
-async def test_a_turn_cancelled_before_its_agent_starts_never_starts_it() -> None:
+@pytest.mark.cluster(push=False)
+async def test_a_turn_cancelled_before_its_agent_starts_never_starts_it(
+    cluster: ScriptedCluster,
+) -> None:
     """The turn was claimed and marked; before its agent ran, a cancel on
     another replica took the row and answered OK (no push channel: the
     producer hears of it only at a fenced write). Before, the agent started
     all the same and made its model call (``tether simulate`` seed
     661026026). Now a turn renews its lease, fenced, after reading its input
     and right before its agent starts: a cancel that came first stops it."""
-    cluster = ScriptedCluster(push=False)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        creating = hold(a.registries, "create_agent")
-        first = await cluster.start(a, "s1", "One?")
-        await creating.reached()
-        await b.cancel("t", "u", "s1", first.message_id)  # answered OK
-        cluster.answer(first.message_id, "Answer one.")
-        creating.release()
-        assert first.task is not None
-        async with asyncio.timeout(10):
-            await asyncio.wait([first.task])
+    a, b = cluster.replica(), cluster.replica()
+    creating = hold(a.registries, "create_agent")
+    first = await cluster.start(a, "s1", "One?")
+    await creating.reached()
+    await b.cancel("t", "u", "s1", first.message_id)  # answered OK
+    cluster.answer(first.message_id, "Answer one.")
+    creating.release()
+    assert first.task is not None
+    async with asyncio.timeout(10):
+        await asyncio.wait([first.task])
 
-        assert not cluster.scripts.of(first.message_id).started.is_set()
-        transcript = await cluster.transcript("s1")
-        assert _shape(transcript) == [("user", "One?"), ("bot", "")]
-        assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
-    finally:
-        await cluster.aclose()
+    assert not cluster.scripts.of(first.message_id).started.is_set()
+    transcript = await cluster.transcript("s1")
+    assert _shape(transcript) == [("user", "One?"), ("bot", "")]
+    assert ending_of(_bot(transcript, first.message_id)).reason == "cancelled"
 
 
 # Found by the crash test's erase rounds -------------------------------------

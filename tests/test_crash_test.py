@@ -9,8 +9,8 @@ replica's restart, however slow, never races the answer. The unit tests feed
 the invariant checker doctored evidence and show that each invariant catches
 what it is for (the at-most-once rule of tool calls too: a write that ran
 twice fails it), drive the in-process pause
-(``tether.testing.pause_in_write``) on in-memory stores with a stand-in for
-SIGSTOP, and the tool-call ledger (``tether.testing.tool_ledger``) in process.
+(``tether.crashtest.instruments.pause_in_write``) on in-memory stores with a stand-in for
+SIGSTOP, and the tool-call ledger (``tether.crashtest.instruments.tool_ledger``) in process.
 """
 
 from __future__ import annotations
@@ -44,6 +44,14 @@ from tether.crashtest.faults import (
     draw_kind,
     plan_fault,
 )
+from tether.crashtest.instruments.pause_in_write import (
+    PAUSE_IN_VARIABLE,
+    PauseInWrite,
+    WriteKind,
+    install,
+    install_from_env,
+)
+from tether.crashtest.instruments.tool_ledger import LEDGER_VARIABLE, ToolLedger, ToolRun, recorded
 from tether.crashtest.invariants import (
     CancelEvidence,
     Expected,
@@ -64,14 +72,6 @@ from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent, RecordingPut
 from tether.stores import StoreBundle
 from tether.testing.interleavings import hold
-from tether.testing.pause_in_write import (
-    PAUSE_IN_VARIABLE,
-    PauseInWrite,
-    WriteKind,
-    install,
-    install_from_env,
-)
-from tether.testing.tool_ledger import LEDGER_VARIABLE, ToolLedger, ToolRun, recorded
 from tether.tools import ToolCallContext, running_tool_call, tool
 
 PROMPT = "Tell me about rivers and the towns along them."

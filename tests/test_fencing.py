@@ -10,8 +10,6 @@ sleeps: every wait is for a named event.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx2
 import pytest
 
@@ -24,15 +22,6 @@ from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError
 from tether.handlers.turn import Turn
 from tether.testing.interleavings import Hold, hold
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster()
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
 
 
 def _bots(transcript: list) -> list[str]:  # type: ignore[type-arg]
@@ -57,32 +46,31 @@ async def _row(cluster: ScriptedCluster, session: str):  # type: ignore[no-untyp
 # 1 ---------------------------------------------------------------------------------
 
 
-async def test_a_turn_resumed_twice_answers_its_own_question_without_a_conversation_store() -> None:
+@pytest.mark.cluster(conversation=False)
+async def test_a_turn_resumed_twice_answers_its_own_question_without_a_conversation_store(
+    cluster: ScriptedCluster,
+) -> None:
     """A rolling deploy: drain A, resume on B with ``conversation: []``, drain B,
     resume on C. Every producer must be given the turn's real question."""
-    cluster = ScriptedCluster(conversation=False)
-    try:
-        a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
-        turn = await cluster.start(a, "s1", "What is the capital of France?")
-        first = cluster.scripts.of(turn.message_id, 0)
-        first.say("Paris")
-        await first.spoken()
-        await a.drain()
-        on_b = await cluster.start(b, "s1", resume=turn.message_id)
-        second = cluster.scripts.of(turn.message_id, 1)
-        await second.started.wait()
-        await b.drain()
-        on_c = await cluster.start(c, "s1", resume=turn.message_id)
-        third = cluster.scripts.of(turn.message_id, 2)
-        await third.started.wait()
-        third.say(" is the capital.")
-        third.finish()
-        assert await cluster.ended(on_c) == "done"
-        asked = [[m.content for m in script.inputs[0]] for script in (first, second, third)]
-        assert asked == [["What is the capital of France?"]] * 3
-        assert on_b.message_id == on_c.message_id == turn.message_id
-    finally:
-        await cluster.aclose()
+    a, b, c = cluster.replica(), cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1", "What is the capital of France?")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("Paris")
+    await first.spoken()
+    await a.drain()
+    on_b = await cluster.start(b, "s1", resume=turn.message_id)
+    second = cluster.scripts.of(turn.message_id, 1)
+    await second.started.wait()
+    await b.drain()
+    on_c = await cluster.start(c, "s1", resume=turn.message_id)
+    third = cluster.scripts.of(turn.message_id, 2)
+    await third.started.wait()
+    third.say(" is the capital.")
+    third.finish()
+    assert await cluster.ended(on_c) == "done"
+    asked = [[m.content for m in script.inputs[0]] for script in (first, second, third)]
+    assert asked == [["What is the capital of France?"]] * 3
+    assert on_b.message_id == on_c.message_id == turn.message_id
 
 
 # 2 ---------------------------------------------------------------------------------
@@ -224,35 +212,34 @@ async def test_a_cancel_keeps_the_current_owners_content_not_a_stale_local_copy(
 # 5 ---------------------------------------------------------------------------------
 
 
-async def test_epochs_never_restart_after_a_finished_turns_rows_are_removed() -> None:
-    cluster = ScriptedCluster(finished_turn_grace=0.0)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        first = await cluster.start(a, "s1", "first")
-        old = cluster.scripts.of(first.message_id, 0)
-        assert cluster.stores.recording is not None
-        late_put = hold(cluster.stores.recording, "put_many")
-        old.say("paused here")
-        await late_put.reached()  # the paused producer's put is in flight
-        cluster.kill_by_silence()
-        resumed = await cluster.start(b, "s1", resume=first.message_id)
-        new = cluster.scripts.of(first.message_id, 1)
-        new.say("resumed and finished")
-        new.finish()
-        assert await cluster.ended(resumed) == "done"
-        await b.clean_ups_done()  # the grace period (0 s) is over: its rows are gone
-        assert await _row(cluster, "s1") is None
-        second = await cluster.start(b, "s1", "second")
-        row = await _row(cluster, "s1")
-        assert row is not None and row.message_id == second.message_id
-        assert second.lease is not None and first.lease is not None
-        assert second.lease.epoch > resumed.lease.epoch > first.lease.epoch  # type: ignore[union-attr]
-        late_put.release()
-        await late_put.returned()
-        record = await cluster.stores.recording.read("t", "u", "s1")
-        assert record is None or record.message_id == second.message_id
-    finally:
-        await cluster.aclose()
+@pytest.mark.cluster(finished_turn_grace=0.0)
+async def test_epochs_never_restart_after_a_finished_turns_rows_are_removed(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "first")
+    old = cluster.scripts.of(first.message_id, 0)
+    assert cluster.stores.recording is not None
+    late_put = hold(cluster.stores.recording, "put_many")
+    old.say("paused here")
+    await late_put.reached()  # the paused producer's put is in flight
+    cluster.kill_by_silence()
+    resumed = await cluster.start(b, "s1", resume=first.message_id)
+    new = cluster.scripts.of(first.message_id, 1)
+    new.say("resumed and finished")
+    new.finish()
+    assert await cluster.ended(resumed) == "done"
+    await b.clean_ups_done()  # the grace period (0 s) is over: its rows are gone
+    assert await _row(cluster, "s1") is None
+    second = await cluster.start(b, "s1", "second")
+    row = await _row(cluster, "s1")
+    assert row is not None and row.message_id == second.message_id
+    assert second.lease is not None and first.lease is not None
+    assert second.lease.epoch > resumed.lease.epoch > first.lease.epoch  # type: ignore[union-attr]
+    late_put.release()
+    await late_put.returned()
+    record = await cluster.stores.recording.read("t", "u", "s1")
+    assert record is None or record.message_id == second.message_id
 
 
 # 6 ---------------------------------------------------------------------------------
@@ -305,22 +292,21 @@ async def test_a_paused_producers_put_after_a_takeover_is_refused(
 # 7 ---------------------------------------------------------------------------------
 
 
-async def test_a_store_blip_at_the_final_flush_is_retried_and_the_turn_completes() -> None:
-    cluster = ScriptedCluster(heartbeat_interval=0.01)
-    try:
-        a = cluster.replica()
-        turn = await cluster.start(a, "s1")
-        script = cluster.scripts.of(turn.message_id)
-        assert cluster.stores.recording is not None
-        _fail_next(cluster.stores.recording, "put_many", times=2)
-        script.say("a complete answer")
-        script.finish()
-        assert await cluster.ended(turn) == "done"
-        assert _bots(await cluster.transcript("s1")) == ["a complete answer"]
-        row = await _row(cluster, "s1")
-        assert row is not None and row.status is ChatStreamStatus.DONE
-    finally:
-        await cluster.aclose()
+@pytest.mark.cluster(heartbeat_interval=0.01)
+async def test_a_store_blip_at_the_final_flush_is_retried_and_the_turn_completes(
+    cluster: ScriptedCluster,
+) -> None:
+    a = cluster.replica()
+    turn = await cluster.start(a, "s1")
+    script = cluster.scripts.of(turn.message_id)
+    assert cluster.stores.recording is not None
+    _fail_next(cluster.stores.recording, "put_many", times=2)
+    script.say("a complete answer")
+    script.finish()
+    assert await cluster.ended(turn) == "done"
+    assert _bots(await cluster.transcript("s1")) == ["a complete answer"]
+    row = await _row(cluster, "s1")
+    assert row is not None and row.status is ChatStreamStatus.DONE
 
 
 async def test_two_resumes_of_one_turn_never_share_stream_indexes(
@@ -381,28 +367,31 @@ async def test_a_store_failure_before_the_stream_is_a_503_with_a_code() -> None:
 # Cancel is one guarded transition, heard by push -----------------------------------
 
 
-@pytest.mark.parametrize("push", [True, False], ids=["push", "no push"])
-async def test_a_cancel_on_another_replica_stops_the_producer(push: bool) -> None:
+@pytest.mark.parametrize(
+    ("cluster", "push"),
+    [({"push": True}, True), ({"push": False}, False)],
+    ids=["push", "no push"],
+    indirect=["cluster"],
+)
+async def test_a_cancel_on_another_replica_stops_the_producer(
+    cluster: ScriptedCluster, push: bool
+) -> None:
     """With a push channel the producer stops as soon as the cancel is accepted,
     with no write of its own; without one, at its next write (a flush here)."""
-    cluster = ScriptedCluster(push=push)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        turn = await cluster.start(a, "s1")
-        script = cluster.scripts.of(turn.message_id)
-        script.say("streaming")
-        await script.spoken()
-        assert a.flusher is not None
-        await a.flusher.flush()  # what followers on other replicas saw
-        await b.cancel("t", "u", "s1", turn.message_id)
-        if not push:
-            script.say(" on")
-            await script.spoken(2)
-            await a.flusher.flush()
-        assert await cluster.ended(turn) == "cancelled"
-        assert _bots(await cluster.transcript("s1")) == ["streaming"]
-    finally:
-        await cluster.aclose()
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    script = cluster.scripts.of(turn.message_id)
+    script.say("streaming")
+    await script.spoken()
+    assert a.flusher is not None
+    await a.flusher.flush()  # what followers on other replicas saw
+    await b.cancel("t", "u", "s1", turn.message_id)
+    if not push:
+        script.say(" on")
+        await script.spoken(2)
+        await a.flusher.flush()
+    assert await cluster.ended(turn) == "cancelled"
+    assert _bots(await cluster.transcript("s1")) == ["streaming"]
 
 
 async def test_a_cancel_after_the_seal_is_refused_and_changes_nothing(

@@ -15,89 +15,84 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
 import pytest
 
+from tests.support.clusters import ReplicaBackend
 from tests.support.mcp.authorization_server import AuthorizationServer
 from tests.support.mcp.project import make_mcp_project
 from tests.support.mcp.raw_rows import raw_store_bytes
 from tests.support.mcp.whoami_server import WhoamiServer
+from tests.support.replicas import Replicas
 from tests.support.servers import ServerProcess, free_port
-from tests.support.services import import_or_skip, postgres_database
+from tests.support.services import import_or_skip
 from tether.adapters.mcp import generate_encryption_key
-
-pytestmark = pytest.mark.processes
 
 TENANT = "acme"
 PENDING_TTL = 4.0
 
 
-@dataclass
-class Cluster:
-    one: ServerProcess
-    two: ServerProcess
+KEY = generate_encryption_key()
+"""The replicas' one MCP encryption key."""
+
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.parametrize(
+        "replica_backend", ["file", "sqlite", "postgres"], indirect=True, scope="module"
+    ),
+    pytest.mark.replica_cluster(
+        env={
+            "TETHER_MCP_ENCRYPTION_KEYS": KEY,
+            # Behind a load balancer every replica gives the same callback URL; here
+            # it is replica 2's, so the browser's redirect lands there.
+            "TETHER_MCP_REDIRECT_URI": "{two}/mcp/oauth/callback",
+            "TETHER_MCP_PENDING_TTL": str(PENDING_TTL),
+        }
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Servers:
+    """The OAuth authorization server and the MCP server behind it."""
+
     auth: AuthorizationServer
     mcp: WhoamiServer
-    store_url: str
-    key: str
-
-
-@pytest.fixture(scope="module", params=["file", "sqlite", "postgres"])
-def store_url(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    if request.param == "file":
-        yield f"file://{tmp_path_factory.mktemp('mcp-store')}"
-    elif request.param == "sqlite":
-        import_or_skip("tether.adapters.sqlite.mcp_repository")
-        yield f"sqlite:///{tmp_path_factory.mktemp('mcp-sqlite')}/tether.db"
-    else:
-        import_or_skip("tether.adapters.postgres.mcp_repository")
-        with postgres_database() as url:
-            yield url
 
 
 @pytest.fixture(scope="module")
-def cluster(store_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("mcp-replicas")
+def servers(replica_backend: ReplicaBackend) -> Iterator[Servers]:
+    """Fresh ones for each backend's replicas (they remember every grant)."""
     with AuthorizationServer() as auth, WhoamiServer(auth, static_tokens={"svc-key": "svc"}) as mcp:
-        project = make_mcp_project(
-            root / "project",
-            {
-                "who": [
-                    {"name": "whoami", "url": mcp.url, "auth": {"type": "oauth"}},
-                    {"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp", "timeout": 5},
-                ],
-                "service": [
-                    {
-                        "name": "whoami",
-                        "url": mcp.url,
-                        "auth": {"type": "header", "value": "Bearer svc-key"},
-                    }
-                ],
-            },
-        )
-        key = generate_encryption_key()
-        one = ServerProcess(project, store_url=store_url, log_path=root / "one.log")
-        two = ServerProcess(project, store_url=store_url, log_path=root / "two.log")
-        env = {
-            "TETHER_MCP_ENCRYPTION_KEYS": key,
-            # Behind a load balancer every replica gives the same callback URL; here
-            # it is replica 2's, so the browser's redirect lands there.
-            "TETHER_MCP_REDIRECT_URI": f"{two.url}/mcp/oauth/callback",
-            "TETHER_MCP_PENDING_TTL": str(PENDING_TTL),
-        }
-        one.env = two.env = env
-        one.start()
-        two.start()
-        try:
-            yield Cluster(one, two, auth, mcp, store_url, key)
-        finally:
-            one.stop()
-            two.stop()
+        yield Servers(auth, mcp)
+
+
+@pytest.fixture(scope="module")
+def replica_project(replica_backend: ReplicaBackend, servers: Servers, replica_root: Path) -> Path:
+    """The replicas' project: agents ``who`` (the MCP server as the user, and
+    one that is down) and ``service`` (the MCP server with a static key)."""
+    if replica_backend.name != "file":
+        import_or_skip(f"tether.adapters.{replica_backend.name}.mcp_repository")
+    return make_mcp_project(
+        replica_root / "project",
+        {
+            "who": [
+                {"name": "whoami", "url": servers.mcp.url, "auth": {"type": "oauth"}},
+                {"name": "down", "url": f"http://127.0.0.1:{free_port()}/mcp", "timeout": 5},
+            ],
+            "service": [
+                {
+                    "name": "whoami",
+                    "url": servers.mcp.url,
+                    "auth": {"type": "header", "value": "Bearer svc-key"},
+                }
+            ],
+        },
+    )
 
 
 @pytest.fixture
@@ -158,16 +153,16 @@ async def _browser(http: httpx2.AsyncClient, link: str, user: str) -> str:
     return str(response.headers["location"])
 
 
-async def _connect(http: httpx2.AsyncClient, cluster: Cluster, user: str) -> None:
-    link = _link(await _turn(http, cluster.one, user))
+async def _connect(http: httpx2.AsyncClient, replicas: Replicas, user: str) -> None:
+    link = _link(await _turn(http, replicas.one, user))
     page = await http.get(await _browser(http, link, user))
     assert page.status_code == 200 and "Connected" in page.text, page.text
 
 
 async def test_authorize_on_one_replica_callback_on_the_other_then_act_as_the_user(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, servers: Servers, http: httpx2.AsyncClient
 ) -> None:
-    first = await _turn(http, cluster.one, "alice")
+    first = await _turn(http, replicas.one, "alice")
     link = _link(first)
     assert _tool_responses(first) == []
     down = _contexts(first, "mcp_unavailable")
@@ -175,17 +170,17 @@ async def test_authorize_on_one_replica_callback_on_the_other_then_act_as_the_us
     assert first["content"].endswith("Answer: no tools to ask.")
 
     callback = await _browser(http, link, "alice")
-    assert callback.startswith(f"{cluster.two.url}/mcp/oauth/callback?"), callback
+    assert callback.startswith(f"{replicas.two.url}/mcp/oauth/callback?"), callback
     page = await http.get(callback)
     assert page.status_code == 200 and "whoami is connected" in page.text
 
-    second = await _turn(http, cluster.one, "alice")
+    second = await _turn(http, replicas.one, "alice")
     assert _tool_responses(second) == ["you are alice"]
     assert _contexts(second, "mcp_authorization") == []
-    assert cluster.mcp.calls[-1] == "alice"
+    assert servers.mcp.calls[-1] == "alice"
 
     listed = await http.get(
-        f"{cluster.two.url}/mcp/integrations",
+        f"{replicas.two.url}/mcp/integrations",
         params={"tenant": TENANT},
         headers={"requester-uuid": "alice"},
     )
@@ -195,116 +190,120 @@ async def test_authorize_on_one_replica_callback_on_the_other_then_act_as_the_us
     assert integration["status"] == "connected"
     assert integration["scopes"] == ["whoami"]
     assert integration["expires_at"] and integration["refreshable"] is True
-    assert not any(secret in listed.text for secret in cluster.auth.all_secrets())
+    assert not any(secret in listed.text for secret in servers.auth.all_secrets())
 
     # The callback already used is refused, on either replica.
-    for replica in (cluster.two, cluster.one):
+    for replica in (replicas.two, replicas.one):
         path = urlsplit(callback)
         again = await http.get(f"{replica.url}{path.path}?{path.query}")
         assert again.status_code == 400 and "already used" in again.text
 
 
 async def test_the_rows_hold_no_credential_in_clear(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, servers: Servers, replica_backend: ReplicaBackend, http: httpx2.AsyncClient
 ) -> None:
-    await _connect(http, cluster, "olga")
-    stored = raw_store_bytes(cluster.store_url)
+    await _connect(http, replicas, "olga")
+    stored = raw_store_bytes(replica_backend.store_url)
     assert b"olga" in stored, "the rows are there"
-    leaked = [secret for secret in cluster.auth.all_secrets() if secret.encode() in stored]
+    leaked = [secret for secret in servers.auth.all_secrets() if secret.encode() in stored]
     assert leaked == []
 
 
 async def test_a_second_user_of_the_tenant_is_not_served_by_the_first_users_grant(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, servers: Servers, http: httpx2.AsyncClient
 ) -> None:
-    await _connect(http, cluster, "bart")
-    answer = await _turn(http, cluster.one, "bea")
+    await _connect(http, replicas, "bart")
+    answer = await _turn(http, replicas.one, "bea")
     assert _tool_responses(answer) == []
     _link(answer)
-    assert "bea" not in cluster.mcp.calls
+    assert "bea" not in servers.mcp.calls
     mine = await http.get(
-        f"{cluster.one.url}/mcp/integrations",
+        f"{replicas.one.url}/mcp/integrations",
         params={"tenant": TENANT},
         headers={"requester-uuid": "bea"},
     )
     assert [i["status"] for i in mine.json()["integrations"]] == ["pending"]
 
 
-async def test_an_expired_state_is_refused(cluster: Cluster, http: httpx2.AsyncClient) -> None:
-    link = _link(await _turn(http, cluster.one, "eve"))
+async def test_an_expired_state_is_refused(replicas: Replicas, http: httpx2.AsyncClient) -> None:
+    link = _link(await _turn(http, replicas.one, "eve"))
     callback = await _browser(http, link, "eve")
     await asyncio.sleep(PENDING_TTL + 0.5)
     page = await http.get(callback)
     assert page.status_code == 400 and "expired" in page.text
-    again = await _turn(http, cluster.one, "eve")
+    again = await _turn(http, replicas.one, "eve")
     assert _tool_responses(again) == []
     assert _link(again) != link, "a new authorization starts"
 
 
-async def test_a_state_nobody_issued_is_refused(cluster: Cluster, http: httpx2.AsyncClient) -> None:
+async def test_a_state_nobody_issued_is_refused(
+    replicas: Replicas, http: httpx2.AsyncClient
+) -> None:
     page = await http.get(
-        f"{cluster.two.url}/mcp/oauth/callback", params={"state": "forged", "code": "x"}
+        f"{replicas.two.url}/mcp/oauth/callback", params={"state": "forged", "code": "x"}
     )
     assert page.status_code == 400 and "unknown" in page.text
-    missing = await http.get(f"{cluster.two.url}/mcp/oauth/callback")
+    missing = await http.get(f"{replicas.two.url}/mcp/oauth/callback")
     assert missing.status_code == 400
 
 
 async def test_expired_tokens_are_refreshed_once_across_two_replicas(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, servers: Servers, http: httpx2.AsyncClient
 ) -> None:
-    cluster.auth.access_token_lifetime = 1.0
+    servers.auth.access_token_lifetime = 1.0
     try:
-        await _connect(http, cluster, "carol")
+        await _connect(http, replicas, "carol")
     finally:
-        cluster.auth.access_token_lifetime = 3600.0
-    [refresh_token] = cluster.auth.refresh_tokens_of("carol")
+        servers.auth.access_token_lifetime = 3600.0
+    [refresh_token] = servers.auth.refresh_tokens_of("carol")
     await asyncio.sleep(1.5)  # the access token is now expired for everyone
-    cluster.auth.refresh_delay = 0.5  # both replicas arrive while the first refresh runs
+    servers.auth.refresh_delay = 0.5  # both replicas arrive while the first refresh runs
     try:
         answers = await asyncio.gather(
-            *(_turn(http, replica, "carol") for replica in (cluster.one, cluster.two) * 3)
+            *(_turn(http, replica, "carol") for replica in (replicas.one, replicas.two) * 3)
         )
     finally:
-        cluster.auth.refresh_delay = 0.0
+        servers.auth.refresh_delay = 0.0
     assert [_tool_responses(answer) for answer in answers] == [["you are carol"]] * 6
-    assert cluster.auth.refresh_presentations[refresh_token] == 1
+    assert servers.auth.refresh_presentations[refresh_token] == 1
     assert (
-        sum(cluster.auth.refresh_presentations[t] for t in cluster.auth.refresh_tokens_of("carol"))
+        sum(servers.auth.refresh_presentations[t] for t in servers.auth.refresh_tokens_of("carol"))
         == 1
     )
 
 
 async def test_a_refresh_refused_for_good_asks_the_user_again(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, servers: Servers, http: httpx2.AsyncClient
 ) -> None:
-    await _connect(http, cluster, "rita")
-    cluster.auth.expire_access_tokens("rita")
-    cluster.auth.revoke_refresh_tokens("rita")
-    answer = await _turn(http, cluster.two, "rita")
+    await _connect(http, replicas, "rita")
+    servers.auth.expire_access_tokens("rita")
+    servers.auth.revoke_refresh_tokens("rita")
+    answer = await _turn(http, replicas.two, "rita")
     assert _tool_responses(answer) == []
     _link(answer)
     listed = await http.get(
-        f"{cluster.one.url}/mcp/integrations",
+        f"{replicas.one.url}/mcp/integrations",
         params={"tenant": TENANT},
         headers={"requester-uuid": "rita"},
     )
     assert [i["status"] for i in listed.json()["integrations"]] == ["pending"]
 
 
-async def test_disconnecting_forgets_the_grant(cluster: Cluster, http: httpx2.AsyncClient) -> None:
-    await _connect(http, cluster, "dan")
+async def test_disconnecting_forgets_the_grant(
+    replicas: Replicas, http: httpx2.AsyncClient
+) -> None:
+    await _connect(http, replicas, "dan")
     gone = await http.delete(
-        f"{cluster.two.url}/mcp/integrations/whoami",
+        f"{replicas.two.url}/mcp/integrations/whoami",
         params={"tenant": TENANT},
         headers={"requester-uuid": "dan"},
     )
     assert gone.status_code == 204
-    answer = await _turn(http, cluster.one, "dan")
+    answer = await _turn(http, replicas.one, "dan")
     assert _tool_responses(answer) == []
     _link(answer)
     again = await http.delete(
-        f"{cluster.two.url}/mcp/integrations/nothing",
+        f"{replicas.two.url}/mcp/integrations/nothing",
         params={"tenant": TENANT},
         headers={"requester-uuid": "dan"},
     )
@@ -312,17 +311,17 @@ async def test_disconnecting_forgets_the_grant(cluster: Cluster, http: httpx2.As
 
 
 async def test_a_static_header_server_needs_no_user_authorization(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, http: httpx2.AsyncClient
 ) -> None:
-    answer = await _turn(http, cluster.one, "anyone", agent="service")
+    answer = await _turn(http, replicas.one, "anyone", agent="service")
     assert _tool_responses(answer) == ["you are svc"]
 
 
 async def test_a_request_cannot_add_an_mcp_server(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, http: httpx2.AsyncClient
 ) -> None:
     response = await http.post(
-        f"{cluster.one.url}/chat/response",
+        f"{replicas.one.url}/chat/response",
         params={"tenant": TENANT},
         headers={"requester-uuid": "mallory"},
         json={
@@ -336,39 +335,39 @@ async def test_a_request_cannot_add_an_mcp_server(
 
 
 async def test_first_turns_on_two_replicas_at_once_keep_one_client_and_both_connect(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, servers: Servers, replica_backend: ReplicaBackend, http: httpx2.AsyncClient
 ) -> None:
     """A new tenant's first turns meet the 401 on both replicas together and both
     register a client; the later one uses the one stored first, so both connect."""
-    tenant = f"race-{urlsplit(cluster.store_url).scheme}"
-    cluster.auth.registration_delays = [0.3, 1.2]
+    tenant = f"race-{urlsplit(replica_backend.store_url).scheme}"
+    servers.auth.registration_delays = [0.3, 1.2]
     try:
         answers = await asyncio.gather(
-            _turn(http, cluster.one, "quinn", tenant=tenant),
-            _turn(http, cluster.two, "ravi", tenant=tenant),
+            _turn(http, replicas.one, "quinn", tenant=tenant),
+            _turn(http, replicas.two, "ravi", tenant=tenant),
         )
     finally:
-        cluster.auth.registration_delays = []
+        servers.auth.registration_delays = []
     links = [_link(answer) for answer in answers]
     client_ids = {dict(parse_qsl(urlsplit(link).query))["client_id"] for link in links}
     assert len(client_ids) == 1, "both links name the one client kept"
     for link, user in zip(links, ("quinn", "ravi"), strict=True):
         page = await http.get(await _browser(http, link, user))
         assert page.status_code == 200 and "Connected" in page.text, page.text
-    for replica, user in ((cluster.two, "quinn"), (cluster.one, "ravi")):
+    for replica, user in ((replicas.two, "quinn"), (replicas.one, "ravi")):
         answer = await _turn(http, replica, user, tenant=tenant)
         assert _tool_responses(answer) == [f"you are {user}"]
 
 
 async def test_a_malformed_state_or_code_is_a_400_on_every_backend(
-    cluster: Cluster, http: httpx2.AsyncClient
+    replicas: Replicas, http: httpx2.AsyncClient
 ) -> None:
-    callback = f"{cluster.two.url}/mcp/oauth/callback"
+    callback = f"{replicas.two.url}/mcp/oauth/callback"
     for state in ("a\x00b", "\x00", "s" * 5000, "état", "a'b"):
         page = await http.get(callback, params={"state": state, "code": "c"})
         assert page.status_code == 400, (repr(state[:10]), page.status_code, page.text[:300])
         assert "text/html" in page.headers["content-type"]
-    link = _link(await _turn(http, cluster.one, "nul"))
+    link = _link(await _turn(http, replicas.one, "nul"))
     params = dict(parse_qsl(urlsplit(await _browser(http, link, "nul")).query))
     for code in ("c\x00", "c" * 5000):
         page = await http.get(callback, params={**params, "code": code})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -13,32 +12,20 @@ import pytest
 
 from tests.support.browser import wait_for
 from tests.support.metrics import moved, scrape
-from tests.support.project import make_project
-from tests.support.replicas import Replicas, two_replicas
+from tests.support.replicas import Replicas
 
-pytestmark = pytest.mark.processes
-
-ALICE = {"requester-uuid": "alice"}
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
-    root = tmp_path_factory.mktemp("metrics")
+pytestmark = [
+    pytest.mark.processes,
     # 60 chunks at 30/s: a 2 s answer with a calculator call after 5 chunks.
-    project = make_project(root / "project", chunks_per_second=30, answer_chunks=60)
-    store = f"sqlite:///{root}/tether.db"
     # The client's resume is what the kill test counts: with automatic takeover
     # on, the survivor's own scan could take the dead turn first (a 409 then).
     # The automatic path's metrics are tested in tests/test_takeover.py.
-    env = {"TETHER_TAKEOVER": "false"}
-    with two_replicas(project, root, store, env=env) as replicas:
-        yield replicas
+    pytest.mark.replica_cluster(
+        chunks_per_second=30, answer_chunks=60, env={"TETHER_TAKEOVER": "false"}
+    ),
+]
 
-
-@pytest.fixture
-def replicas(cluster: Replicas) -> Replicas:
-    cluster.restart()
-    return cluster
+ALICE = {"requester-uuid": "alice"}
 
 
 def _turn(session: str, agent: str = "writer") -> dict[str, Any]:

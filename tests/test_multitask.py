@@ -7,8 +7,6 @@ strategy is shown to work across replicas.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from tests.support.scripted import ScriptedCluster
@@ -17,15 +15,6 @@ from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
 from tether.handlers.errors import ConversationBusyError
 from tether.handlers.turn import Turn
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster()
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
 
 
 async def _answering(cluster: ScriptedCluster) -> tuple[str, ScriptedCluster]:

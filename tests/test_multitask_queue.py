@@ -28,15 +28,6 @@ from tether.testing.interleavings import hold
 KEY = ConversationKey("t", "u", "s1")
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster()
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
-
-
 async def _ran(cluster: ScriptedCluster, message_id: str) -> Turn:
     """Turn ``message_id`` once it has started on some replica, run to its end."""
     async with asyncio.timeout(10):
@@ -193,30 +184,29 @@ async def test_the_queue_drains_when_the_producer_dies(cluster: ScriptedCluster)
     ]
 
 
-async def test_a_draining_replica_hands_the_next_queued_turn_to_another() -> None:
+@pytest.mark.cluster(finished_turn_grace=0.0)
+async def test_a_draining_replica_hands_the_next_queued_turn_to_another(
+    cluster: ScriptedCluster,
+) -> None:
     # No grace: a replica's background work (clean-up, the kick) ends, and is waited for.
-    cluster = ScriptedCluster(finished_turn_grace=0.0)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        first = await cluster.start(a, "s1", "One?")
-        two = await cluster.enqueue(b, "s1", "Two?")
-        cluster.answer(two.message_id, "Answer two.")
-        a.draining = True
-        cluster.answer(first.message_id, "Answer one.")
-        assert await cluster.ended(first) == "done"
-        await a.clean_ups_done()
-        supervision = cluster.stores.supervision
-        assert supervision is not None
-        row = await supervision.read("t", "u", "s1")
-        assert row is not None and row.message_id == two.message_id
-        assert row.status is ChatStreamStatus.RUNNING
-        assert row.is_dead(cluster.clock(), b.dead_after), "handed off: dead at once"
-        assert not cluster.scripts.of(two.message_id).started.is_set()
-        assert await b.takeovers.scan() == 1
-        turn = await _ran(cluster, two.message_id)
-        assert b.local_turn(two.message_id) is turn
-    finally:
-        await cluster.aclose()
+    a, b = cluster.replica(), cluster.replica()
+    first = await cluster.start(a, "s1", "One?")
+    two = await cluster.enqueue(b, "s1", "Two?")
+    cluster.answer(two.message_id, "Answer two.")
+    a.draining = True
+    cluster.answer(first.message_id, "Answer one.")
+    assert await cluster.ended(first) == "done"
+    await a.clean_ups_done()
+    supervision = cluster.stores.supervision
+    assert supervision is not None
+    row = await supervision.read("t", "u", "s1")
+    assert row is not None and row.message_id == two.message_id
+    assert row.status is ChatStreamStatus.RUNNING
+    assert row.is_dead(cluster.clock(), b.dead_after), "handed off: dead at once"
+    assert not cluster.scripts.of(two.message_id).started.is_set()
+    assert await b.takeovers.scan() == 1
+    turn = await _ran(cluster, two.message_id)
+    assert b.local_turn(two.message_id) is turn
 
 
 async def test_an_idle_queue_is_started_by_whoever_looks_and_by_one_replica_only(
@@ -243,13 +233,10 @@ async def test_an_idle_queue_is_started_by_whoever_looks_and_by_one_replica_only
     assert len(cluster.scripts.of(ticket.message_id).inputs) == 1
 
 
-async def test_enqueue_needs_a_store_that_keeps_the_queue() -> None:
-    cluster = ScriptedCluster(conversation=False)
-    try:
-        with pytest.raises(NotImplementedByStoreError):
-            await cluster.replica().queue.submit(enqueued("s1", "Hello?"))
-    finally:
-        await cluster.aclose()
+@pytest.mark.cluster(conversation=False)
+async def test_enqueue_needs_a_store_that_keeps_the_queue(cluster: ScriptedCluster) -> None:
+    with pytest.raises(NotImplementedByStoreError):
+        await cluster.replica().queue.submit(enqueued("s1", "Hello?"))
 
 
 async def test_an_attach_to_a_queued_turn_starting_here_follows_its_live_buffer(

@@ -1,6 +1,8 @@
 """The file and in-memory stores, and the MCP OAuth repositories, moved into a
 folder per backend (``adapters/file/``, ``adapters/memory/``, ``adapters/sqlite/``,
-``adapters/postgres/``); every old import path still gives the very same objects."""
+``adapters/postgres/``), and the crash test's instruments out of ``tether.testing``
+(into ``tether.crashtest.instruments``); every old import path still gives the
+very same objects."""
 
 from __future__ import annotations
 
@@ -100,6 +102,25 @@ MOVED = [
         "tether.adapters.kept_numbers",
         ["KEY_CHECK_FILE", "KeptNumber", "KeptNumbers"],
         "tether.adapters.file.kept_numbers",
+    ),
+    (
+        "tether.testing.pause_in_write",
+        [
+            "PAUSE_IN_VARIABLE",
+            "QUIET_WITHIN",
+            "PauseGate",
+            "PauseInWrite",
+            "WriteKind",
+            "install",
+            "install_from_env",
+            "stop_this_process",
+        ],
+        "tether.crashtest.instruments.pause_in_write",
+    ),
+    (
+        "tether.testing.tool_ledger",
+        ["HOLD_AT_MOST", "LEDGER_VARIABLE", "ToolLedger", "ToolRun", "recorded"],
+        "tether.crashtest.instruments.tool_ledger",
     ),
 ]
 

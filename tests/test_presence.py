@@ -10,7 +10,6 @@ with real processes and signals in ``tests/test_presence_locks.py``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,13 +31,7 @@ LATE = 0.75
 """Seconds past the producer's last heartbeat: suspect, far from the 3 s threshold."""
 
 
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster(takeover_scan_interval=0.01)
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
+pytestmark = pytest.mark.cluster(takeover_scan_interval=0.01)
 
 
 async def _survivor(cluster: ScriptedCluster) -> ChatHandler:

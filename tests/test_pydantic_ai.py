@@ -52,6 +52,8 @@ from tether.integrations.pydantic_ai import PydanticAIChatAgent  # noqa: E402
 from tether.runtime.live_buffer import StreamEvent  # noqa: E402
 from tether.tools import current_tool_call  # noqa: E402
 
+pytestmark = pytest.mark.cluster(takeover_scan_interval=0.01)
+
 AGENT = "librarian"
 WRITER = "note-writer"
 
@@ -164,15 +166,6 @@ def librarian() -> Iterator[Librarian]:
     global LIBRARIAN
     LIBRARIAN = Librarian()
     yield LIBRARIAN
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster(takeover_scan_interval=0.01)
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
 
 
 def _replica(cluster: ScriptedCluster) -> ChatHandler:

@@ -78,6 +78,8 @@ from tether.integrations.pydantic_ai import ON_UNKNOWN_KEY, PydanticAIChatAgent 
 from tether.testing.interleavings import hold  # noqa: E402
 from tether.tools import current_tool_call  # noqa: E402
 
+pytestmark = pytest.mark.cluster(takeover_scan_interval=0.01)
+
 AGENT = "front-desk"
 UNKNOWN = "may or may not have happened"
 
@@ -220,15 +222,6 @@ def desk() -> Iterator[Desk]:
     global DESK
     DESK = Desk()
     yield DESK
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster(takeover_scan_interval=0.01)
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
 
 
 def _replica(cluster: ScriptedCluster) -> ChatHandler:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support.backends import BACKENDS, SERVER_TIME_BACKENDS, Backend
+from tests.support.seed_only import SeedOnlySupervisionStore
 from tether.domain.store_errors import StoreUnavailableError
 from tether.runtime.clock import ReplicaClock, measure_offset
 from tether.stores import StoreBundle
@@ -148,17 +149,15 @@ async def test_slow_round_trips_do_not_replace_a_known_offset(local: ManualClock
 async def test_a_store_without_a_clock_leaves_the_local_clock(
     local: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def seed_only() -> datetime:
-        raise NotImplementedError
-
-    clock = ReplicaClock(seed_only, local=local, skew=10.0, source_name="SeedOnlyStore")
+    clock = ReplicaClock.of_store(SeedOnlySupervisionStore(), local=local, skew=10.0)
     with caplog.at_level(logging.INFO, logger="tether.runtime.clock"):
         await clock.start()
     assert not clock.corrected and not clock.synced
     assert clock() == T0 + timedelta(seconds=10)  # nothing corrects the skew
     messages = [r.getMessage() for r in caplog.records]
     assert any(
-        "liveness clock: this host's (SeedOnlyStore has no server_time)" in m for m in messages
+        "liveness clock: this host's (SeedOnlySupervisionStore has no server_time)" in m
+        for m in messages
     )
     assert any("TETHER_CLOCK_SKEW" in m for m in messages)
     await clock.aclose()

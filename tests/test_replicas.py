@@ -9,109 +9,55 @@ follow-up turn dies before its first checkpoint.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
 import pytest
 
 from tests.support.client import read_stream, turn_body
-from tests.support.project import make_project
+from tests.support.clusters import ReplicaBackend
 from tests.support.replicas import (
     LiveRead,
     Replicas,
     has_completed_tool,
     read_in_background,
     started,
-    two_replicas,
 )
-from tests.support.services import postgres_database, redis_prefix
-from tether.stores import StoreBundle, compose
 
-pytestmark = pytest.mark.processes
+pytestmark = [
+    pytest.mark.processes,
+    pytest.mark.parametrize(
+        "replica_backend",
+        ["file", "sqlite", "postgres", "redis-streams"],
+        indirect=True,
+        scope="module",
+    ),
+    # 64 chunks at 30/s: a 2 s answer, with one calculator call after 5 chunks.
+    pytest.mark.replica_cluster(
+        chunks_per_second=30,
+        answer_chunks=64,
+        tool_call_after_chunks=5,
+        tool_log=True,
+        env={
+            "TETHER_FINISHED_TURN_GRACE": "60",
+            # Shorter than the 2 s reference answer, so a drained turn is handed
+            # off rather than finishing inside the grace.
+            "TETHER_DRAIN_GRACE": "0.5",
+            # These tests are about the client-driven resume of the seed: the
+            # replicas leave dead turns to it (tests/test_takeover_processes.py
+            # covers the replicas taking them over by themselves).
+            "TETHER_TAKEOVER": "false",
+        },
+    ),
+]
 
 ALICE = {"requester-uuid": "alice"}
 PROMPT = "Tell me about rivers and the towns along them."
-
-
-@dataclass(frozen=True)
-class Backend:
-    """Where both replicas keep their stores: one URL, and maybe a stream override."""
-
-    store_url: str
-    stream_url: str | None = None
-
-    def serve_args(self) -> list[str]:
-        return ["--stream-store", self.stream_url] if self.stream_url else []
-
-    @contextlib.asynccontextmanager
-    async def stores(self) -> AsyncIterator[StoreBundle]:
-        """The same stores, opened from the test process, to inspect raw rows."""
-        bundle = compose(self.store_url, stream=self.stream_url)
-        distinct = {id(s): s for s in bundle.setup_kwargs().values() if s is not None}
-        for store in distinct.values():
-            if hasattr(store, "open"):
-                await store.open()
-        try:
-            yield bundle
-        finally:
-            for store in distinct.values():
-                if hasattr(store, "aclose"):
-                    await store.aclose()
-
-
-@pytest.fixture(scope="module", params=["file", "sqlite", "postgres", "redis-streams"])
-def backend(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Backend]:
-    directory = tmp_path_factory.mktemp("store")
-    if request.param == "file":
-        yield Backend(f"file://{directory}")
-    elif request.param == "sqlite":
-        yield Backend(f"sqlite:///{directory}/tether.db")
-    elif request.param == "postgres":
-        with postgres_database() as postgres_url:
-            yield Backend(postgres_url)
-    elif request.param == "redis-streams":
-        with redis_prefix() as redis_url:
-            yield Backend(f"file://{directory}", stream_url=redis_url)
-    else:
-        raise AssertionError(request.param)
-
-
-@pytest.fixture(scope="module")
-def cluster(backend: Backend, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
-    root = tmp_path_factory.mktemp("replicas")
-    # 64 chunks at 30/s: a 2 s answer, with one calculator call after 5 chunks.
-    project = make_project(
-        root / "project", chunks_per_second=30, answer_chunks=64, tool_call_after_chunks=5
-    )
-    env = {
-        "TETHER_TEST_TOOL_LOG": str(root / "tools.log"),
-        "TETHER_FINISHED_TURN_GRACE": "60",
-        # Shorter than the 2 s reference answer, so a drained turn is handed off
-        # rather than finishing inside the grace.
-        "TETHER_DRAIN_GRACE": "0.5",
-        # These tests are about the client-driven resume of the seed: the
-        # replicas leave dead turns to it (tests/test_takeover_processes.py
-        # covers the replicas taking them over by themselves).
-        "TETHER_TAKEOVER": "false",
-    }
-    args = backend.serve_args()
-    with two_replicas(project, root, backend.store_url, env=env, extra_args=args) as replicas:
-        yield replicas
-
-
-@pytest.fixture
-def replicas(cluster: Replicas) -> Replicas:
-    cluster.restart()
-    return cluster
 
 
 @pytest.fixture
@@ -267,7 +213,7 @@ async def test_a_reconnect_on_another_replica_gets_the_rest(
 
 @pytest.mark.parametrize("point", ["during_text", "after_tool"])
 async def test_sigkill_then_resume_on_another_replica(
-    replicas: Replicas, client: httpx2.AsyncClient, backend: Backend, point: str
+    replicas: Replicas, client: httpx2.AsyncClient, replica_backend: ReplicaBackend, point: str
 ) -> None:
     reference = await _reference(client, replicas, PROMPT)
     runs_before = replicas.tool_runs()
@@ -282,7 +228,7 @@ async def test_sigkill_then_resume_on_another_replica(
     replicas.one.kill()
 
     assert await _wait_status(client, two, session, "dead", within=4.0) < 4.0
-    async with backend.stores() as stores:
+    async with replica_backend.stores() as stores:
         assert stores.chat_stream_recording_store is not None
         recorded = await stores.chat_stream_recording_store.read("t", "alice", session)
     # Killed right after the tool, the turn may not have flushed a recording yet.
@@ -310,7 +256,7 @@ async def test_sigkill_then_resume_on_another_replica(
 
 @pytest.mark.parametrize("point", ["during_text", "after_tool"])
 async def test_a_stopped_producer_is_fenced_and_writes_nothing(
-    replicas: Replicas, client: httpx2.AsyncClient, backend: Backend, point: str
+    replicas: Replicas, client: httpx2.AsyncClient, replica_backend: ReplicaBackend, point: str
 ) -> None:
     reference = await _reference(client, replicas, PROMPT)
     session = _session()
@@ -345,7 +291,7 @@ async def test_a_stopped_producer_is_fenced_and_writes_nothing(
     assert stale_side.final_text == reference[-1][0]
     assert stale_side.terminal("stream_status") == {"reason": "done"}
     assert _bot_answers(await _transcript(client, two, session)) == reference
-    async with backend.stores() as stores:
+    async with replica_backend.stores() as stores:
         assert stores.chat_stream_recording_store is not None
         assert stores.agent_state_store is not None
         record = await stores.chat_stream_recording_store.read("t", "alice", session)

@@ -12,21 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, replace
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.backends import BACKENDS, Backend, SharedPlaces, bundle_of, open_bundle
+from tests.support.backends import BACKENDS
+from tests.support.clusters import ReplicaStores
 from tests.support.inprocess import build
 from tests.support.scripted import question
+from tests.support.seed_only import SeedOnlyConversationStore
 from tether.adapters.memory import InMemoryChatConversationStore
-from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import RecordedStreamEvent
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
@@ -39,7 +38,6 @@ from tether.handlers.retention import (
 from tether.runtime.turn_stores import TurnStores
 from tether.settings import settings_from_env
 from tether.stores import from_url
-from tether.testing.contracts import ManualClock
 from tether.testing.interleavings import hold
 
 DAY = 86400.0
@@ -48,56 +46,18 @@ _WITHIN = 10.0
 """Seconds a test waits for the background task before it fails."""
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Backend:
-    chosen: Backend = request.param
-    return chosen
-
-
-@dataclass
-class Cluster:
-    """The stores of two replicas over one backend, and their one clock."""
-
-    a: TurnStores
-    b: TurnStores
-    clock: ManualClock
-    tenant: str
-
-    def runner(self, stores: TurnStores, holder: str, **extra: Any) -> RetentionRunner:
-        return RetentionRunner(
-            stores,
-            older_than=timedelta(days=30),
-            interval=INTERVAL,
-            dead_after=timedelta(seconds=3),
-            clock=self.clock,
-            holder=holder,
-            **extra,
-        )
-
-
-@pytest.fixture
-async def cluster(backend: Backend, places: SharedPlaces, tmp_path: Path) -> AsyncIterator[Cluster]:
-    clock = ManualClock()
-    # One conversation store for a backend without its own (Redis), shared by
-    # both replicas as a real shared store would be.
-    fallback = InMemoryChatConversationStore(clock=clock)
-    async with AsyncExitStack() as stack:
-        url = stack.enter_context(backend.url(places.of(backend), tmp_path))
-        first = await stack.enter_async_context(open_bundle(bundle_of(backend, url, clock)))
-        second = first
-        if backend.shared_by_processes:
-            second = await stack.enter_async_context(open_bundle(bundle_of(backend, url, clock)))
-        a, b = (
-            TurnStores(
-                agent_state=bundle.agent_state_store,
-                recording=bundle.chat_stream_recording_store,
-                supervision=bundle.chat_stream_supervision_store,
-                conversation=bundle.chat_conversation_store or fallback,
-            )
-            for bundle in (first, second)
-        )
-        await _forget_the_lease(a)
-        yield Cluster(a, b, clock, tenant=f"t-{uuid.uuid4().hex[:12]}")
+def _runner(
+    replica_stores: ReplicaStores, stores: TurnStores, holder: str, **extra: Any
+) -> RetentionRunner:
+    return RetentionRunner(
+        stores,
+        older_than=timedelta(days=30),
+        interval=INTERVAL,
+        dead_after=timedelta(seconds=3),
+        clock=replica_stores.clock,
+        holder=holder,
+        **extra,
+    )
 
 
 async def _forget_the_lease(stores: TurnStores) -> None:
@@ -112,9 +72,9 @@ async def _forget_the_lease(stores: TurnStores) -> None:
         )
 
 
-async def _seed(cluster: Cluster, session: str) -> None:
+async def _seed(replica_stores: ReplicaStores, session: str) -> None:
     """A finished turn of Alice's: transcript, checkpoint, recording, supervision row."""
-    s, tenant, message_id = cluster.a, cluster.tenant, f"m-{session}"
+    s, tenant, message_id = replica_stores.a, replica_stores.tenant, f"m-{session}"
     assert s.conversation and s.agent_state and s.recording and s.supervision
     await s.conversation.append_messages(
         tenant,
@@ -133,14 +93,17 @@ async def _seed(cluster: Cluster, session: str) -> None:
         RecordedStreamEvent(index=0, message=answer, message_id=message_id, epoch=1),
     )
     row = ChatStreamSupervision(
-        status=ChatStreamStatus.DONE, heartbeat_at=cluster.clock(), message_id=message_id, epoch=1
+        status=ChatStreamStatus.DONE,
+        heartbeat_at=replica_stores.clock(),
+        message_id=message_id,
+        epoch=1,
     )
     assert await s.supervision.compare_and_swap(tenant, "alice", session, None, row)
 
 
-async def _everything(cluster: Cluster, session: str) -> dict[str, Any]:
+async def _everything(replica_stores: ReplicaStores, session: str) -> dict[str, Any]:
     """What every store holds of Alice's conversation (read by replica b)."""
-    s, tenant = cluster.b, cluster.tenant
+    s, tenant = replica_stores.b, replica_stores.tenant
     assert s.conversation and s.agent_state and s.recording and s.supervision
     return {
         "transcript": await s.conversation.get_transcript(tenant, "alice", session),
@@ -160,15 +123,17 @@ _ERASED = {
 }
 
 
-async def _old_and_fresh(cluster: Cluster) -> None:
-    """``s-old``, last updated 40 days ago, and ``s-fresh``, updated now."""
-    await _seed(cluster, "s-old")
-    cluster.clock.advance(40 * DAY)
-    await _seed(cluster, "s-fresh")
+async def _old_and_fresh(replica_stores: ReplicaStores) -> None:
+    """``s-old``, last updated 40 days ago, and ``s-fresh``, updated now (and
+    no lease left by an earlier test)."""
+    await _forget_the_lease(replica_stores.a)
+    await _seed(replica_stores, "s-old")
+    replica_stores.clock.advance(40 * DAY)
+    await _seed(replica_stores, "s-fresh")
 
 
-def _sessions(cluster: Cluster, summaries: list[Any]) -> list[str]:
-    return [s.session_id for s in summaries if s.tenant == cluster.tenant]
+def _sessions(replica_stores: ReplicaStores, summaries: list[Any]) -> list[str]:
+    return [s.session_id for s in summaries if s.tenant == replica_stores.tenant]
 
 
 def _is_renewal(tenant: str, owner: str, session: str, expected: int | None, row: Any) -> bool:
@@ -180,77 +145,79 @@ def _is_renewal(tenant: str, owner: str, session: str, expected: int | None, row
 
 
 async def test_a_run_erases_an_old_conversation_and_all_it_owns_and_keeps_a_recent_one(
-    cluster: Cluster,
+    replica_stores: ReplicaStores,
 ) -> None:
-    await _old_and_fresh(cluster)
-    fresh = await _everything(cluster, "s-fresh")
+    await _old_and_fresh(replica_stores)
+    fresh = await _everything(replica_stores, "s-fresh")
     assert all(fresh[name] != erased for name, erased in _ERASED.items()), fresh
 
-    run = await cluster.runner(cluster.a, "replica-a").run_once()
+    run = await _runner(replica_stores, replica_stores.a, "replica-a").run_once()
 
     assert run.report is not None and not run.lease_lost
-    assert _sessions(cluster, run.report.removed) == ["s-old"]
-    assert run.report.cutoff == cluster.clock() - timedelta(days=30)
-    assert await _everything(cluster, "s-old") == _ERASED
-    assert await _everything(cluster, "s-fresh") == fresh
+    assert _sessions(replica_stores, run.report.removed) == ["s-old"]
+    assert run.report.cutoff == replica_stores.clock() - timedelta(days=30)
+    assert await _everything(replica_stores, "s-old") == _ERASED
+    assert await _everything(replica_stores, "s-fresh") == fresh
 
 
 # (b) one replica at a time ---------------------------------------------------------------
 
 
-async def test_of_two_replicas_racing_for_a_period_only_one_prunes(cluster: Cluster) -> None:
-    await _old_and_fresh(cluster)
-    a = cluster.runner(cluster.a, "replica-a")
-    b = cluster.runner(cluster.b, "replica-b")
-    assert cluster.a.conversation is not None
+async def test_of_two_replicas_racing_for_a_period_only_one_prunes(
+    replica_stores: ReplicaStores,
+) -> None:
+    await _old_and_fresh(replica_stores)
+    a = _runner(replica_stores, replica_stores.a, "replica-a")
+    b = _runner(replica_stores, replica_stores.b, "replica-b")
+    assert replica_stores.a.conversation is not None
     # Replica a takes the lease, then waits here, before it lists anything.
-    held = hold(cluster.a.conversation, "list_stale_conversations")
+    held = hold(replica_stores.a.conversation, "list_stale_conversations")
     first = asyncio.create_task(a.run_once())
     await held.reached()
 
     other = await b.run_once()
     assert other.report is None and other.held_by == "replica-a"
-    assert await _everything(cluster, "s-old") != _ERASED
+    assert await _everything(replica_stores, "s-old") != _ERASED
 
     held.release()
     run = await first
-    assert run.report is not None and _sessions(cluster, run.report.removed) == ["s-old"]
-    assert await _everything(cluster, "s-old") == _ERASED
+    assert run.report is not None and _sessions(replica_stores, run.report.removed) == ["s-old"]
+    assert await _everything(replica_stores, "s-old") == _ERASED
 
     # The lease covers the period: b keeps out of it even after a's run ended,
     # while a's own next run takes it again.
-    cluster.clock.advance(INTERVAL.total_seconds() / 2)
+    replica_stores.clock.advance(INTERVAL.total_seconds() / 2)
     assert (await b.run_once()).held_by == "replica-a"
     assert (await a.run_once()).report is not None
     # Once a period passes without a, b takes over.
-    cluster.clock.advance(INTERVAL.total_seconds() + 1)
+    replica_stores.clock.advance(INTERVAL.total_seconds() + 1)
     taken = await b.run_once()
     assert taken.report is not None and taken.held_by is None
     assert (await a.run_once()).held_by == "replica-b"
 
 
 async def test_a_replica_whose_lease_expired_stops_before_its_next_erase(
-    cluster: Cluster,
+    replica_stores: ReplicaStores,
 ) -> None:
-    await _old_and_fresh(cluster)
-    a = cluster.runner(cluster.a, "replica-a")
-    b = cluster.runner(cluster.b, "replica-b")
-    assert cluster.a.supervision is not None
+    await _old_and_fresh(replica_stores)
+    a = _runner(replica_stores, replica_stores.a, "replica-a")
+    b = _runner(replica_stores, replica_stores.b, "replica-b")
+    assert replica_stores.a.supervision is not None
     # Replica a has listed s-old and is about to renew its lease before the erase.
-    held = hold(cluster.a.supervision, "compare_and_swap", when=_is_renewal)
+    held = hold(replica_stores.a.supervision, "compare_and_swap", when=_is_renewal)
     first = asyncio.create_task(a.run_once())
     await held.reached()
 
     # a is paused past its lease: b takes it over and prunes.
-    cluster.clock.advance(INTERVAL.total_seconds() + 1)
+    replica_stores.clock.advance(INTERVAL.total_seconds() + 1)
     taken = await b.run_once()
-    assert taken.report is not None and _sessions(cluster, taken.report.removed) == ["s-old"]
+    assert taken.report is not None and _sessions(replica_stores, taken.report.removed) == ["s-old"]
 
     held.release()
     late = await first
     assert late.lease_lost
     assert late.report is not None and late.report.removed == []
-    assert await _everything(cluster, "s-old") == _ERASED
+    assert await _everything(replica_stores, "s-old") == _ERASED
 
 
 # (c) the setting and the start-up message ------------------------------------------------
@@ -269,19 +236,6 @@ def test_the_setting_reads_ages_as_the_prune_command_does() -> None:
         settings_from_env({"TETHER_RETENTION": "soon"})
     with pytest.raises(ValueError, match="TETHER_RETENTION_INTERVAL must be positive"):
         settings_from_env({"TETHER_RETENTION": "30d", "TETHER_RETENTION_INTERVAL": "0"})
-
-
-class _SeedOnlyConversations(ChatConversationStore):
-    """A conversation store with the seed's three methods and nothing more."""
-
-    async def append_messages(self, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError("not used")
-
-    async def set_last_turn_status(self, *args: Any, **kwargs: Any) -> None:
-        raise AssertionError("not used")
-
-    async def get_transcript(self, *args: Any, **kwargs: Any) -> list[ChatMessage]:
-        return []
 
 
 def _memory_stores(**overrides: Any) -> TurnStores:
@@ -321,10 +275,10 @@ async def _serving(app: Any) -> AsyncIterator[None]:
             id="no-supervision",
         ),
         pytest.param(
-            {"conversation": _SeedOnlyConversations()},
+            {"conversation": SeedOnlyConversationStore()},
             30 * DAY,
             logging.WARNING,
-            "_SeedOnlyConversations does not implement list_stale_conversations, "
+            "SeedOnlyConversationStore does not implement list_stale_conversations, "
             "get_conversation, delete_conversation",
             id="seed-only-conversations",
         ),
@@ -387,19 +341,16 @@ class _Ticks:
         self._wake.set()
 
 
-@pytest.fixture
-def memory_cluster() -> Iterator[Cluster]:
-    clock = ManualClock()
-    stores = _memory_stores(conversation=InMemoryChatConversationStore(clock=clock))
-    yield Cluster(stores, stores, clock, tenant="t")
+only_memory = pytest.mark.parametrize("backend", BACKENDS[:1], indirect=True)
+"""The tests of the runner's loop and the server's wiring: memory is enough."""
 
 
+@only_memory
 async def test_a_failed_run_is_logged_and_the_next_interval_runs_again(
-    memory_cluster: Cluster, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    replica_stores: ReplicaStores, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cluster = memory_cluster
-    await _old_and_fresh(cluster)
-    conversations = cluster.a.conversation
+    await _old_and_fresh(replica_stores)
+    conversations = replica_stores.a.conversation
     assert conversations is not None
     listing = conversations.list_stale_conversations
     failures = [StoreUnavailableError("the database is restarting")]
@@ -411,26 +362,27 @@ async def test_a_failed_run_is_logged_and_the_next_interval_runs_again(
 
     monkeypatch.setattr(conversations, "list_stale_conversations", flaky)
     ticks = _Ticks()
-    runner = cluster.runner(cluster.a, "replica-a", sleep=ticks.sleep)
+    runner = _runner(replica_stores, replica_stores.a, "replica-a", sleep=ticks.sleep)
     with caplog.at_level(logging.INFO, logger="tether.handlers.retention"):
         runner.start()
         await ticks.asleep()
         assert [r.getMessage() for r in caplog.records] == [
             "retention run failed; the next one is in 3600.0 s"
         ]
-        assert await _everything(cluster, "s-old") != _ERASED
+        assert await _everything(replica_stores, "s-old") != _ERASED
         ticks.tick()
         await ticks.asleep()
         assert ticks.asked == [3600.0, 3600.0]
-        assert await _everything(cluster, "s-old") == _ERASED
+        assert await _everything(replica_stores, "s-old") == _ERASED
         assert "retention: removed 1 conversation(s)" in caplog.records[-1].getMessage()
         await runner.aclose()
     assert not runner.running
 
 
-async def test_the_loop_stops_between_runs(memory_cluster: Cluster) -> None:
+@only_memory
+async def test_the_loop_stops_between_runs(replica_stores: ReplicaStores) -> None:
     ticks = _Ticks()
-    runner = memory_cluster.runner(memory_cluster.a, "replica-a", sleep=ticks.sleep)
+    runner = _runner(replica_stores, replica_stores.a, "replica-a", sleep=ticks.sleep)
     runner.start()
     await ticks.asleep()
     assert runner.running
@@ -438,16 +390,16 @@ async def test_the_loop_stops_between_runs(memory_cluster: Cluster) -> None:
     assert not runner.running
 
 
+@only_memory
 async def test_the_server_runs_retention_at_start_up_and_stops_it_on_shutdown(
-    memory_cluster: Cluster,
+    replica_stores: ReplicaStores,
 ) -> None:
-    cluster = memory_cluster
-    await _old_and_fresh(cluster)
-    app = build(cluster.a, clock=cluster.clock, retention=30 * DAY)
+    await _old_and_fresh(replica_stores)
+    app = build(replica_stores.a, clock=replica_stores.clock, retention=30 * DAY)
     runner = app.state.retention
     assert isinstance(runner, RetentionRunner) and not runner.running
-    assert cluster.a.conversation is not None
-    held = hold(cluster.a.conversation, "list_stale_conversations")
+    assert replica_stores.a.conversation is not None
+    held = hold(replica_stores.a.conversation, "list_stale_conversations")
     async with _serving(app):
         # The first run starts with the server; shutdown comes while it is in a store call.
         await held.reached()
@@ -455,6 +407,6 @@ async def test_the_server_runs_retention_at_start_up_and_stops_it_on_shutdown(
     assert not runner.running
     held.release()
     # Stopped in the middle, before erasing anything; the next run finishes the job.
-    assert await _everything(cluster, "s-old") != _ERASED
+    assert await _everything(replica_stores, "s-old") != _ERASED
     run = await runner.run_once()
-    assert run.report is not None and _sessions(cluster, run.report.removed) == ["s-old"]
+    assert run.report is not None and _sessions(replica_stores, run.report.removed) == ["s-old"]

@@ -30,6 +30,7 @@ from tests.support.inprocess import (
     turn,
 )
 from tests.support.scripted import Scripts, question
+from tests.support.seed_only import SeedOnlySupervisionStore
 from tether.adapters.memory import (
     InMemoryChatAgentStateStore,
     InMemoryChatConversationStore,
@@ -39,8 +40,6 @@ from tether.adapters.memory import (
 from tether.domain.chat_request import ChatRequest, RequestHeaders
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
-    ChatStreamSupervision,
-    ChatStreamSupervisionStore,
 )
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.turn import Turn
@@ -143,41 +142,12 @@ async def test_a_cancel_naming_only_the_turn_finds_it_on_another_replica(
     assert row.message_id == running.message_id
 
 
-class _SeedOnlySupervision(ChatStreamSupervisionStore):
-    """The seed's three methods, nothing more."""
-
-    def __init__(self) -> None:
-        self._inner = InMemoryChatStreamSupervisionStore()
-
-    async def compare_and_swap(
-        self,
-        tenant: str,
-        requester_uuid: str | None,
-        session_id: str,
-        expected_epoch: int | None,
-        supervision: ChatStreamSupervision,
-    ) -> bool:
-        return await self._inner.compare_and_swap(
-            tenant, requester_uuid, session_id, expected_epoch, supervision
-        )
-
-    async def read(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> ChatStreamSupervision | None:
-        return await self._inner.read(tenant, requester_uuid, session_id)
-
-    async def delete(
-        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str, epoch: int
-    ) -> None:
-        await self._inner.delete(tenant, requester_uuid, session_id, message_id, epoch)
-
-
 async def test_with_a_seed_only_supervision_store_a_cancel_still_needs_the_session() -> None:
     clock = ManualClock()
     stores = TurnStores(
         agent_state=InMemoryChatAgentStateStore(),
         recording=InMemoryChatStreamRecordingStore(),
-        supervision=_SeedOnlySupervision(),
+        supervision=SeedOnlySupervisionStore(),
     )
     scripts = Scripts()
     producer, other = build(stores, clock=clock, scripts=scripts), build(stores, clock=clock)

@@ -20,14 +20,7 @@ from tether.handlers.chat_handler import ChatHandler
 from tether.runtime.live_buffer import StreamEnd, StreamEvent
 from tether.testing.interleavings import hold
 
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster(takeover_scan_interval=0.01)
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
+pytestmark = pytest.mark.cluster(takeover_scan_interval=0.01)
 
 
 class Screen:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.seed_only import SeedOnlyRecordingStore
 from tether.adapters.file import (
     LocalFileChatAgentStateStore,
     LocalFileChatConversationStore,
@@ -27,7 +28,6 @@ from tether.adapters.file import (
 )
 from tether.adapters.file import supervision as file_supervision
 from tether.adapters.file import supervision_rows as file_supervision_rows
-from tether.adapters.memory import InMemoryChatStreamRecordingStore
 from tether.domain.chat_agent_state_store import construct_agent_state_key
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_recording_store import (
@@ -45,35 +45,12 @@ from tether.domain.tombstones import TombstoneKey
 from tether.testing.contracts import TRICKY_IDS, ChatStreamRecordingStoreContract, ManualClock
 
 
-class _SeedOnlyRecordingStore(ChatStreamRecordingStore):
-    """An adapter written against the seed's interface: put, read and delete only,
-    so ``put_many`` is the interface's default."""
-
-    def __init__(self) -> None:
-        self._inner = InMemoryChatStreamRecordingStore()
-
-    async def put(
-        self, tenant: str, requester_uuid: str | None, session_id: str, event: RecordedStreamEvent
-    ) -> None:
-        await self._inner.put(tenant, requester_uuid, session_id, event)
-
-    async def read(
-        self, tenant: str, requester_uuid: str | None, session_id: str
-    ) -> RecordedStreamEvent | None:
-        return await self._inner.read(tenant, requester_uuid, session_id)
-
-    async def delete(
-        self, tenant: str, requester_uuid: str | None, session_id: str, message_id: str
-    ) -> None:
-        await self._inner.delete(tenant, requester_uuid, session_id, message_id)
-
-
 class TestSeedOnlyRecordingStore(ChatStreamRecordingStoreContract):
     """The contract holds for an adapter that implements only the seed's methods."""
 
     @pytest.fixture
     def store(self) -> ChatStreamRecordingStore:
-        return _SeedOnlyRecordingStore()
+        return SeedOnlyRecordingStore()
 
 
 # File-only guarantees -----------------------------------------------------------------

@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -32,14 +31,7 @@ from tether.handlers.turn import Turn
 from tether.runtime.live_buffer import StreamEvent
 from tether.testing.interleavings import hold
 
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster(takeover_scan_interval=0.01, takeover_limit=2)
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
+pytestmark = pytest.mark.cluster(takeover_scan_interval=0.01, takeover_limit=2)
 
 
 async def _dies(cluster: ScriptedCluster, replica: ChatHandler) -> None:
@@ -185,99 +177,92 @@ async def test_a_taker_records_its_first_new_content_at_once_not_a_repeat_of_wha
             await asyncio.sleep(0)
 
 
-async def test_a_follower_on_the_taker_reads_its_live_buffer_not_the_flushes() -> None:
+@pytest.mark.cluster(push=False, takeover_scan_interval=3600.0)
+async def test_a_follower_on_the_taker_reads_its_live_buffer_not_the_flushes(
+    cluster: ScriptedCluster,
+) -> None:
     """A second screen attached through a replica that then takes the turn over
     gets the taker's messages as it shows them, as a client attached to it
     from the start would: each as soon as it is recorded, never before (here
     the put of the second one is held: nobody is shown it meanwhile), and
     with no deltas on the channel."""
-    cluster = ScriptedCluster(push=False, takeover_scan_interval=3600.0)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        await b.start()  # its followers wait for a takeover; the test scans itself
-        turn = await _checkpointed(cluster, a)
-        events, live = await b.attach("t", "u", "s1", turn.message_id, 0)
-        assert not live  # followed from the stores: a produces it
-        seen = {
-            "To the sea, always": asyncio.Event(),
-            "To the sea, always, and back.": asyncio.Event(),
-        }
+    a, b = cluster.replica(), cluster.replica()
+    await b.start()  # its followers wait for a takeover; the test scans itself
+    turn = await _checkpointed(cluster, a)
+    events, live = await b.attach("t", "u", "s1", turn.message_id, 0)
+    assert not live  # followed from the stores: a produces it
+    seen = {
+        "To the sea, always": asyncio.Event(),
+        "To the sea, always, and back.": asyncio.Event(),
+    }
 
-        async def read() -> None:
-            async for item in events:
-                if isinstance(item, StreamEvent) and item.message.content in seen:
-                    seen[item.message.content].set()
+    async def read() -> None:
+        async for item in events:
+            if isinstance(item, StreamEvent) and item.message.content in seen:
+                seen[item.message.content].set()
 
-        reading = asyncio.ensure_future(read())
-        assert cluster.stores.recording is not None
-        unrecorded = hold(
-            cluster.stores.recording,
-            "put_many",
-            when=lambda puts: any("and back" in p.event.message.content for p in puts),
-        )
-        no_deltas = hold(cluster.stores.recording, "publish_deltas", times=1_000_000)
-        await _dies(cluster, a)
-        assert await b.takeovers.scan() == 1
-        second = await _started(cluster, turn.message_id, 1)
-        second.say(", always")
-        async with asyncio.timeout(10):
-            await seen["To the sea, always"].wait()
-        second.say(", and back.")
-        await unrecorded.reached()
-        resumed = _producing(b, turn.message_id)
-        assert resumed.buffer.latest is not None
-        assert resumed.buffer.latest.message.content == "To the sea, always"
-        assert not seen["To the sea, always, and back."].is_set()
-        unrecorded.release()
-        async with asyncio.timeout(10):
-            await seen["To the sea, always, and back."].wait()
-        no_deltas.release()
-        second.finish()
-        async with asyncio.timeout(10):
-            await reading
-    finally:
-        await cluster.aclose()
+    reading = asyncio.ensure_future(read())
+    assert cluster.stores.recording is not None
+    unrecorded = hold(
+        cluster.stores.recording,
+        "put_many",
+        when=lambda puts: any("and back" in p.event.message.content for p in puts),
+    )
+    no_deltas = hold(cluster.stores.recording, "publish_deltas", times=1_000_000)
+    await _dies(cluster, a)
+    assert await b.takeovers.scan() == 1
+    second = await _started(cluster, turn.message_id, 1)
+    second.say(", always")
+    async with asyncio.timeout(10):
+        await seen["To the sea, always"].wait()
+    second.say(", and back.")
+    await unrecorded.reached()
+    resumed = _producing(b, turn.message_id)
+    assert resumed.buffer.latest is not None
+    assert resumed.buffer.latest.message.content == "To the sea, always"
+    assert not seen["To the sea, always, and back."].is_set()
+    unrecorded.release()
+    async with asyncio.timeout(10):
+        await seen["To the sea, always, and back."].wait()
+    no_deltas.release()
+    second.finish()
+    async with asyncio.timeout(10):
+        await reading
 
 
-async def test_a_drained_turn_is_taken_over_at_once_as_a_hand_off() -> None:
-    cluster = ScriptedCluster(takeover_scan_interval=0.01, drain_grace=0.0)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        turn = await cluster.start(a, "s1")
-        first = cluster.scripts.of(turn.message_id, 0)
-        first.say("To the sea")
-        await first.spoken()
-        await a.drain()
-        # No clock moved: a handed-off turn reads dead at once.
-        assert await b.takeovers.scan() == 1
-        assert await _seconds_to_new_content(cluster, b, turn, "drain_handoff") == pytest.approx(
-            0.5
-        )
-    finally:
-        await cluster.aclose()
+@pytest.mark.cluster(takeover_scan_interval=0.01, drain_grace=0.0)
+async def test_a_drained_turn_is_taken_over_at_once_as_a_hand_off(cluster: ScriptedCluster) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    first = cluster.scripts.of(turn.message_id, 0)
+    first.say("To the sea")
+    await first.spoken()
+    await a.drain()
+    # No clock moved: a handed-off turn reads dead at once.
+    assert await b.takeovers.scan() == 1
+    assert await _seconds_to_new_content(cluster, b, turn, "drain_handoff") == pytest.approx(0.5)
 
 
-async def test_a_hand_off_wakes_the_other_replicas_takeover_loops_at_once() -> None:
+@pytest.mark.cluster(takeover_scan_interval=3600.0, drain_grace=0.0)
+async def test_a_hand_off_wakes_the_other_replicas_takeover_loops_at_once(
+    cluster: ScriptedCluster,
+) -> None:
     """A drain announces its hand-offs (``announce_dead_turns``, pushed where
     the store has a channel): a replica whose loop scans only once an hour
     takes the turn over at once. Unannounced, it would wait out the hour."""
-    cluster = ScriptedCluster(takeover_scan_interval=3600.0, drain_grace=0.0)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        await b.start()
-        assert b.takeovers.running
-        turn = await cluster.start(a, "s1")
-        first = await _started(cluster, turn.message_id, 0)
-        first.say("To the sea")
-        await first.spoken()
-        await a.drain()
-        second = await _started(cluster, turn.message_id, 1)
-        assert _producing(b, turn.message_id).lease is not None
-        second.say("To the sea, and back.")
-        second.finish()
-        assert await cluster.ended(_producing(b, turn.message_id)) == "done"
-    finally:
-        await cluster.aclose()
+    a, b = cluster.replica(), cluster.replica()
+    await b.start()
+    assert b.takeovers.running
+    turn = await cluster.start(a, "s1")
+    first = await _started(cluster, turn.message_id, 0)
+    first.say("To the sea")
+    await first.spoken()
+    await a.drain()
+    second = await _started(cluster, turn.message_id, 1)
+    assert _producing(b, turn.message_id).lease is not None
+    second.say("To the sea, and back.")
+    second.finish()
+    assert await cluster.ended(_producing(b, turn.message_id)) == "done"
 
 
 async def test_of_two_replicas_racing_for_one_dead_turn_exactly_one_produces(
@@ -341,19 +326,18 @@ async def test_a_turn_whose_producers_keep_dying_ends_errored_at_the_takeover_li
     assert await last.takeovers.scan() == 0
 
 
-async def test_with_takeover_off_a_dead_turn_waits_for_a_clients_resume() -> None:
-    cluster = ScriptedCluster(takeover=False, takeover_scan_interval=0.01)
-    try:
-        a, b = cluster.replica(), cluster.replica()
-        turn = await cluster.start(a, "s1")
-        await _started(cluster, turn.message_id, 0)
-        await _dies(cluster, a)
-        assert await b.takeovers.scan() == 0
-        assert await _row_status(cluster, "s1") is ChatStreamStatus.RUNNING
-        resumed = await cluster.start(b, "s1", resume=turn.message_id)
-        assert resumed.message_id == turn.message_id
-    finally:
-        await cluster.aclose()
+@pytest.mark.cluster(takeover=False, takeover_scan_interval=0.01)
+async def test_with_takeover_off_a_dead_turn_waits_for_a_clients_resume(
+    cluster: ScriptedCluster,
+) -> None:
+    a, b = cluster.replica(), cluster.replica()
+    turn = await cluster.start(a, "s1")
+    await _started(cluster, turn.message_id, 0)
+    await _dies(cluster, a)
+    assert await b.takeovers.scan() == 0
+    assert await _row_status(cluster, "s1") is ChatStreamStatus.RUNNING
+    resumed = await cluster.start(b, "s1", resume=turn.message_id)
+    assert resumed.message_id == turn.message_id
 
 
 async def test_a_dead_turn_that_cannot_be_resumed_ends_errored_producer_lost(
@@ -422,34 +406,32 @@ class _SeedOnlySupervision(InMemoryChatStreamSupervisionStore):
     list_stale_running = ChatStreamSupervisionStore.list_stale_running  # type: ignore[assignment]
 
 
+@pytest.mark.cluster(takeover_scan_interval=0.01)
 async def test_a_seed_only_supervision_store_keeps_the_clients_resume_and_says_so(
+    cluster: ScriptedCluster,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """No takeover loop (nothing to list dead turns with), a warning at
     start-up naming the store, and a dead turn left to a client's resume,
     which still works."""
-    cluster = ScriptedCluster(takeover_scan_interval=0.01)
-    try:
-        cluster.stores = dataclasses.replace(cluster.stores, supervision=_SeedOnlySupervision())
-        a, b = cluster.replica(), cluster.replica()
-        with caplog.at_level(logging.WARNING, logger="tether.handlers.takeover"):
-            await b.start()
-        assert not b.takeovers.running
-        [warning] = [r.getMessage() for r in caplog.records if "list dead turns" in r.getMessage()]
-        assert "_SeedOnlySupervision" in warning and "client's resume" in warning
+    cluster.stores = dataclasses.replace(cluster.stores, supervision=_SeedOnlySupervision())
+    a, b = cluster.replica(), cluster.replica()
+    with caplog.at_level(logging.WARNING, logger="tether.handlers.takeover"):
+        await b.start()
+    assert not b.takeovers.running
+    [warning] = [r.getMessage() for r in caplog.records if "list dead turns" in r.getMessage()]
+    assert "_SeedOnlySupervision" in warning and "client's resume" in warning
 
-        turn = await cluster.start(a, "s1")
-        first = await _started(cluster, turn.message_id, 0)
-        first.say("Half")
-        await first.spoken()
-        await _dies(cluster, a)
-        resumed = await cluster.start(b, "s1", resume=turn.message_id)
-        second = await _started(cluster, turn.message_id, 1)
-        second.say("Half, then whole.")
-        second.finish()
-        assert await cluster.ended(resumed) == "done"
-    finally:
-        await cluster.aclose()
+    turn = await cluster.start(a, "s1")
+    first = await _started(cluster, turn.message_id, 0)
+    first.say("Half")
+    await first.spoken()
+    await _dies(cluster, a)
+    resumed = await cluster.start(b, "s1", resume=turn.message_id)
+    second = await _started(cluster, turn.message_id, 1)
+    second.say("Half, then whole.")
+    second.finish()
+    assert await cluster.ended(resumed) == "done"
 
 
 async def _dead_turns_of_one_replica(cluster: ScriptedCluster, count: int) -> list[Turn]:

@@ -12,46 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.support.backends import CROSS_PROCESS_BACKENDS, Backend
+from tests.support.backends import CROSS_PROCESS_BACKENDS
 from tests.support.scripted import Script, ScriptedCluster
-from tether.adapters.memory import InMemoryChatConversationStore
 from tether.domain.chat_message import ChatMessageSender
 from tether.handlers.chat_handler import ChatHandler
 from tether.handlers.errors import ConversationBusyError, TurnEndedError
 from tether.handlers.turn import Turn
-from tether.runtime.turn_stores import TurnStores
-from tether.stores import StoreBundle
 
-
-@pytest.fixture(params=CROSS_PROCESS_BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Backend:
-    chosen: Backend = request.param
-    return chosen
-
-
-@pytest.fixture
-async def cluster(bundle: StoreBundle) -> AsyncIterator[ScriptedCluster]:
-    # Redis keeps no transcripts: the answer is read from a memory one there.
-    staged = ScriptedCluster(
-        stores=TurnStores(
-            agent_state=bundle.agent_state_store,
-            recording=bundle.chat_stream_recording_store,
-            supervision=bundle.chat_stream_supervision_store,
-            conversation=bundle.chat_conversation_store or InMemoryChatConversationStore(),
-        ),
-        takeover_scan_interval=0.01,
-        # Dead by age, on the manual clock (presence locks are raced in
-        # tests/test_takeover_processes.py, with real processes).
-        presence=False,
-    )
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
+pytestmark = [
+    pytest.mark.parametrize("backend", CROSS_PROCESS_BACKENDS, indirect=True),
+    # Dead by age, on the manual clock (presence locks are raced in
+    # tests/test_takeover_processes.py, with real processes). Redis keeps no
+    # transcripts: the answer is read from a memory one there.
+    pytest.mark.cluster(takeover_scan_interval=0.01, presence=False),
+]
 
 
 async def _started(cluster: ScriptedCluster, message_id: str, producer: int) -> Script:
@@ -86,24 +63,24 @@ async def _one_answer(cluster: ScriptedCluster, session: str, producer: Turn) ->
 
 
 async def test_two_survivors_racing_for_a_dead_turn_leave_one_producer(
-    cluster: ScriptedCluster,
+    backend_cluster: ScriptedCluster,
 ) -> None:
-    session, turn, b, c = await _a_dead_turn(cluster)
+    session, turn, b, c = await _a_dead_turn(backend_cluster)
     taken = await asyncio.gather(b.takeovers.scan(), c.takeovers.scan())
     assert sorted(taken) == [0, 1]
     [producer] = [
         r.local_turn(turn.message_id) for r in (b, c) if r.local_turn(turn.message_id) is not None
     ]
-    await _one_answer(cluster, session, producer)
+    await _one_answer(backend_cluster, session, producer)
 
 
 async def test_a_clients_resume_racing_a_survivors_takeover_leaves_one_producer(
-    cluster: ScriptedCluster,
+    backend_cluster: ScriptedCluster,
 ) -> None:
-    session, turn, b, c = await _a_dead_turn(cluster)
+    session, turn, b, c = await _a_dead_turn(backend_cluster)
     scanned, resumed = await asyncio.gather(
         b.takeovers.scan(),
-        cluster.start(c, session, resume=turn.message_id),
+        backend_cluster.start(c, session, resume=turn.message_id),
         return_exceptions=True,
     )
     won_by_client = isinstance(resumed, Turn)
@@ -111,4 +88,4 @@ async def test_a_clients_resume_racing_a_survivors_takeover_leaves_one_producer(
     if not won_by_client:
         assert isinstance(resumed, ConversationBusyError | TurnEndedError)
     winner = c if won_by_client else b
-    await _one_answer(cluster, session, winner.local_turn(turn.message_id))
+    await _one_answer(backend_cluster, session, winner.local_turn(turn.message_id))

@@ -8,7 +8,6 @@ answers it, which is how a turn whose client left goes on costing model calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -28,16 +27,9 @@ from tether.runtime.turn_stores import TurnStores
 from tether.settings import TetherSettings
 from tether.testing.interleavings import hold
 
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[ScriptedCluster]:
-    staged = ScriptedCluster(
-        max_turns_per_requester=2, max_turns_per_tenant=3, max_queued_turns=2, limit_retry_after=7
-    )
-    try:
-        yield staged
-    finally:
-        await staged.aclose()
+pytestmark = pytest.mark.cluster(
+    max_turns_per_requester=2, max_turns_per_tenant=3, max_queued_turns=2, limit_retry_after=7
+)
 
 
 def _request(requester: str, session: str, text: str = "Go?") -> ChatRequest:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 TEMPLATE = Path(__file__).parent / "project_template"
 
@@ -16,6 +18,7 @@ def make_project(
     answer_chunks: int = 80,
     tool_call_after_chunks: int | None = 5,
     seed: int = 11,
+    variants: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Path:
     """A project with agents ``writer`` (long-writer shape: a calculator call after
     ``tool_call_after_chunks``), ``plain`` (the same without the tool), ``outliner``
@@ -23,7 +26,9 @@ def make_project(
     answer that goes backwards, step by step as the test says), ``broken`` (fails after three
     messages), ``poison`` (SIGKILLs its own replica after three), and
     ``calls-send_note`` / ``calls-fetch_note`` (a writing / reading tool call that
-    SIGKILLs its replica in the middle of its first attempt)."""
+    SIGKILLs its replica in the middle of its first attempt). ``variants``:
+    more agents, each a ``writer`` under another name with some of its model's
+    pacing overridden (``{"slow-writer": {"answer_chunks": 250}}``)."""
     shutil.copytree(TEMPLATE, directory, dirs_exist_ok=True)
     llm = {
         "seed": seed,
@@ -76,5 +81,9 @@ def make_project(
             "agent_configuration": {"llm": {**llm, "tool_call_after_chunks": None}},
         },
     ]
+    setups.extend(
+        {**setups[0], "agent_identifier": name, "agent_configuration": {"llm": {**llm, **pacing}}}
+        for name, pacing in (variants or {}).items()
+    )
     (directory / "agents" / "agent_setups.json").write_text(json.dumps(setups, indent=2))
     return directory

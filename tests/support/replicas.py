@@ -42,13 +42,19 @@ def two_replicas(
     extra_args: list[str] | None = None,
 ) -> Iterator[Replicas]:
     """Two replicas of ``project`` on one store set, logging to ``root``; both are
-    stopped on exit (the first too when the second fails to start)."""
+    stopped on exit (the first too when the second fails to start). A value of
+    ``env`` may name a replica's URL as ``{one}`` or ``{two}`` (a callback URL
+    both replicas give, as behind a load balancer)."""
     one = ServerProcess(
-        project, store_url=store_url, env=env, log_path=root / "one.log", extra_args=extra_args
+        project, store_url=store_url, log_path=root / "one.log", extra_args=extra_args
     )
     two = ServerProcess(
-        project, store_url=store_url, env=env, log_path=root / "two.log", extra_args=extra_args
+        project, store_url=store_url, log_path=root / "two.log", extra_args=extra_args
     )
+    one.env = two.env = {
+        name: value.replace("{one}", one.url).replace("{two}", two.url)
+        for name, value in (env or {}).items()
+    }
     try:
         yield Replicas(one.start(), two.start(), root / "tools.log")
     finally:

@@ -31,10 +31,10 @@ from tether.cli.serve import DEFAULT_STORE_URL
 from tether.cli.server_app import example_project_dir
 from tether.crashtest.cluster import ClusterError
 from tether.crashtest.faults import FaultChoice
+from tether.crashtest.instruments.pause_in_write import WriteKind
 from tether.crashtest.report import LiveView, render_summary
 from tether.crashtest.results import CrashTestReport
 from tether.crashtest.runner import CrashTestConfig, new_report, project_agents, run_crash_test
-from tether.testing.pause_in_write import WriteKind
 
 EXIT_VIOLATIONS = 1
 EXIT_CANNOT_RUN = 2
@@ -133,9 +133,9 @@ def crash_test_command(
         str | None,
         typer.Option(
             help="agent_identifier of the agent tool rounds run: its tools record their runs "
-            "in the crash test's tool-call ledger (tether.testing.tool_ledger.recorded), "
-            "like the example's note-writer (the default) or pydantic-note-writer (the "
-            "same on PydanticAI)."
+            "in the crash test's tool-call ledger "
+            "(tether.crashtest.instruments.tool_ledger.recorded), like the example's "
+            "note-writer (the default) or pydantic-note-writer (the same on PydanticAI)."
         ),
     ] = None,
     via_load_balancer: Annotated[

@@ -16,11 +16,11 @@ from tether.api.app import setup_app
 from tether.api.auth import Authenticator
 from tether.api.routers.mcp import install_mcp_oauth
 from tether.cli.load_chat_agent_factory import from_string
+from tether.crashtest.instruments.pause_in_write import install_from_env as install_crash_test_pause
 from tether.domain.agent_setup import AgentSetup
 from tether.domain.store_bundle import StoreBundle
 from tether.project_layout import project_paths
 from tether.settings import TetherSettings
-from tether.testing.pause_in_write import install_from_env as install_crash_test_pause
 
 
 def example_project_dir() -> Path:

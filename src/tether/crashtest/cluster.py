@@ -21,9 +21,9 @@ from pathlib import Path
 
 import httpx2
 
+from tether.crashtest.instruments.pause_in_write import PAUSE_IN_VARIABLE
+from tether.crashtest.instruments.tool_ledger import ToolLedger
 from tether.crashtest.load_balancer import HAProxy, LoadBalancerError
-from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
-from tether.testing.tool_ledger import ToolLedger
 
 LOOPBACK = "127.0.0.1"
 
@@ -259,7 +259,7 @@ class Replica:
 
 class Cluster:
     """N replicas on one store set, the tool log their calculator appends to, and
-    the tool-call ledger (``tether.testing.tool_ledger``) of tools that record
+    the tool-call ledger (``tether.crashtest.instruments.tool_ledger``) of tools that record
     their runs by idempotency key."""
 
     def __init__(

@@ -8,7 +8,7 @@ A fault is real: a signal to the producing replica, or a client's request.
   threshold, then continued, to prove it is fenced);
 - ``pause-in-write``: the replica stops itself *inside* a store write (a
   checkpoint, the transcript append, a recording batch), armed at its start by
-  ``TETHER_CRASHTEST_PAUSE_IN`` (``tether.testing.pause_in_write``); it is
+  ``TETHER_CRASHTEST_PAUSE_IN`` (``tether.crashtest.instruments.pause_in_write``); it is
   continued once its turns finished elsewhere, so the write lands late;
 - ``rolling-deploy``: SIGTERM the producer, let the client resume on a second
   replica, restart the first, then SIGTERM the second and resume once more;
@@ -16,7 +16,7 @@ A fault is real: a signal to the producing replica, or a client's request.
 - ``tool``: SIGKILL in the middle of a tool call (between the checkpoint that
   records it started and the one that records it completed). The round's turns
   are the tool agent's, whose tools count every execution in the tool-call
-  ledger (``tether.testing.tool_ledger``); the producer is told to hold its
+  ledger (``tether.crashtest.instruments.tool_ledger``); the producer is told to hold its
   calls of one ``on_unknown`` policy (``fail``: a write, or ``retry``: a read)
   and is killed once every turn's call of that policy has started there.
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from tether.crashtest.cluster import Replica
-from tether.testing.pause_in_write import PauseInWrite, WriteKind
+from tether.crashtest.instruments.pause_in_write import PauseInWrite, WriteKind
 
 
 class FaultKind(StrEnum):

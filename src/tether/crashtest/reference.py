@@ -10,7 +10,7 @@ calculator runs on it, and the tool log (one line per execution, with its
 expression) tells whose turn ran the tool.
 
 The tool agent (``tool`` rounds) counts its tools' executions in the tool-call
-ledger instead (``tether.testing.tool_ledger``), by idempotency key, so each
+ledger instead (``tether.crashtest.instruments.tool_ledger``), by idempotency key, so each
 turn's runs are its own: its references say which calls ran, with which
 ``on_unknown`` policy.
 
@@ -29,8 +29,8 @@ from typing import Any
 from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, ClusterError
 from tether.crashtest.faults import TurnShape
+from tether.crashtest.instruments.tool_ledger import ToolLedger
 from tether.crashtest.invariants import Expected, normalize_all
-from tether.testing.tool_ledger import ToolLedger
 
 PROMPTS = (
     "Tell me about rivers and the towns along them.",
@@ -161,7 +161,7 @@ def _ledgered(run: _Run, ledger: ToolLedger) -> Reference:
     if not executions:
         raise ClusterError(
             f"the tool agent's crash-free run of {run.prompt!r} recorded no tool run in the "
-            "tool-call ledger: its tools need tether.testing.tool_ledger.recorded"
+            "tool-call ledger: its tools need tether.crashtest.instruments.tool_ledger.recorded"
         )
     if len(executions) != completed or calls != list(range(completed)):
         raise ClusterError(

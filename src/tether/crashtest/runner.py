@@ -28,13 +28,13 @@ from tether.crashtest.conversation_rounds import (
 )
 from tether.crashtest.faults import FaultChoice, FaultKind, draw_kind, plan_fault
 from tether.crashtest.fence import StoreReader
+from tether.crashtest.instruments.pause_in_write import WriteKind
 from tether.crashtest.reference import PROMPTS, Reference, conversation_prompt, crash_free_runs
 from tether.crashtest.report import LiveView
 from tether.crashtest.results import CrashTestReport
 from tether.crashtest.rounds import RoundContext, RoundPlan, play_round
 from tether.project_layout import project_paths
 from tether.settings import TetherSettings, settings_from_env
-from tether.testing.pause_in_write import WriteKind
 
 # A crash-free turn that takes longer than this is not one to test with.
 _REFERENCE_WITHIN = 300.0
@@ -62,7 +62,7 @@ class CrashTestConfig:
     """Every request through HAProxy in front of the replicas; the client recovers through it."""
     tool_agent: str = "note-writer"
     """agent_identifier of the agent ``tool`` rounds run: its tools record their
-    runs in the tool-call ledger (``tether.testing.tool_ledger.recorded``)."""
+    runs in the tool-call ledger (``tether.crashtest.instruments.tool_ledger.recorded``)."""
 
     @property
     def tool_rounds(self) -> bool:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tether.domain.capabilities import StoreCapabilities, capabilities
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
 from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_stream_recording_store import ChatStreamRecordingStore
@@ -40,6 +41,17 @@ class StoreBundle:
             "chat_stream_supervision_store": self.chat_stream_supervision_store,
             "chat_conversation_store": self.chat_conversation_store,
         }
+
+    def capabilities(self) -> dict[str, StoreCapabilities]:
+        """What each store declares (``tether.domain.capabilities``), by its name
+        in ``STORE_NAMES``; a store left out declares nothing."""
+        held = (
+            self.agent_state_store,
+            self.chat_stream_recording_store,
+            self.chat_stream_supervision_store,
+            self.chat_conversation_store,
+        )
+        return {name: capabilities(store) for name, store in zip(STORE_NAMES, held, strict=True)}
 
     def without(self, names: Iterable[str]) -> StoreBundle:
         """The same bundle with the named stores (see ``STORE_NAMES``) left out."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from tether.domain.agent_registries import AgentRegistriesFactory, BotParamsRejectedError
 from tether.domain.agent_setup import AgentSetup
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import (
     ConversationNotOwnedError,
     normalize_owner,
@@ -378,12 +379,10 @@ class ChatHandler:
         resume or cancel would only miss the owner's rows and answer 410 or 404
         instead of saying plainly that the conversation is not theirs."""
         store = self.stores.conversation
-        if store is None:
-            return
+        if store is None or not supports(store, Capability.CONVERSATION_GET):
+            return  # no store, or it cannot say whose the conversation is
         try:
             summary = await store.get_conversation(tenant, requester_uuid, session_id)
-        except NotImplementedError:
-            return
         except ConversationNotOwnedError as error:
             raise NotOwnerError("only the owner can write to this conversation") from error
         if summary is not None and summary.owner_uuid != requester_uuid:
@@ -530,14 +529,13 @@ class ChatHandler:
         that names only the turn (the seed's SDK clients): found in the
         supervision store, so on any replica, and only among the requester's own."""
         assert self.stores.supervision is not None
-        requester = normalize_owner(requester_uuid)
-        try:
-            found = await self.stores.supervision.find_by_message_id(tenant, requester, message_id)
-        except NotImplementedError:
+        if not supports(self.stores.supervision, Capability.SUPERVISION_FIND_BY_MESSAGE_ID):
             raise TurnRequestError(
                 "cancelling a stateful turn needs its session_id (this server's "
                 "supervision store cannot find a turn by its message_id)"
-            ) from None
+            )
+        requester = normalize_owner(requester_uuid)
+        found = await self.stores.supervision.find_by_message_id(tenant, requester, message_id)
         if found is None:
             raise TurnNotFoundError(f"turn {message_id} is not running")
         return found
@@ -656,9 +654,6 @@ class ChatHandler:
 
 def _presence_lock(store: ChatStreamSupervisionStore | None) -> PresenceLock | None:
     """The supervision store's presence lock, where its backend has one."""
-    if store is None:
+    if store is None or not supports(store, Capability.SUPERVISION_PRESENCE_LOCK):
         return None
-    try:
-        return store.presence_lock()
-    except NotImplementedError:
-        return None
+    return store.presence_lock()

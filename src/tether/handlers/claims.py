@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
-from tether.domain.chat_conversation_store import ChatConversationStore, normalize_owner
+from tether.domain.chat_conversation_store import normalize_owner
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_request import MultitaskStrategy
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
@@ -146,9 +147,7 @@ class ConversationClaims:
 
     def _can_roll_back(self) -> bool:
         store = self._replica.stores.conversation
-        return store is None or (
-            type(store).remove_fenced is not ChatConversationStore.remove_fenced
-        )
+        return store is None or supports(store, Capability.CONVERSATION_REMOVE_FENCED)
 
     async def roll_back(self, context: TurnContext, interrupted: str, epoch: int) -> None:
         """Remove the interrupted turn's user message and partial answer from the

@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import Any
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import LastTurnStatus
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
@@ -207,13 +208,12 @@ class TurnEndings:
     async def _stored_agent(self, key: ConversationKey) -> str:
         """The conversation's agent as stored: appending names it again, and a
         verdict written by another replica (a cancel, the reaper) repeats it."""
-        assert self._stores.conversation is not None
-        with contextlib.suppress(NotImplementedError):
-            summary = await self._stores.conversation.get_conversation(
-                key.tenant, key.requester_uuid, key.session_id
-            )
-            return summary.agent_identifier if summary is not None else ""
-        return ""
+        store = self._stores.conversation
+        assert store is not None
+        if not supports(store, Capability.CONVERSATION_GET):
+            return ""
+        summary = await store.get_conversation(key.tenant, key.requester_uuid, key.session_id)
+        return summary.agent_identifier if summary is not None else ""
 
     def forget_later(self, key: ConversationKey, message_id: str, epoch: int) -> None:
         async def forget() -> None:

@@ -34,6 +34,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervision
 from tether.handlers.errors import ConversationBusyError
@@ -50,6 +51,10 @@ from tether.runtime.lease import (
     take,
 )
 from tether.runtime.turn_stores import TurnStores
+
+ERASE_NEEDS = (Capability.CONVERSATION_GET, Capability.CONVERSATION_DELETE)
+"""What an erase needs of a conversation store: it reads the conversation
+first (whose it is) and deletes it last."""
 
 RunningLocally = Callable[[ConversationKey], str | None]
 """The message id of a turn this replica produces for a conversation, if any."""
@@ -75,12 +80,17 @@ async def erase_conversation(
 
     Raises ``ConversationNotOwnedError`` (someone else's, before anything is
     erased), ``ConversationBusyError`` (a live turn occupies it) and, with a
-    conversation store that cannot read or delete conversations,
+    conversation store that cannot read or delete conversations (see
+    ``ERASE_NEEDS``; the route answers 501 before it asks),
     ``NotImplementedError`` before anything is erased.
     """
     owner = normalize_owner(requester_uuid)
     key = ConversationKey(tenant, owner, session_id)
     conversations = stores.conversation
+    if conversations is not None and not all(supports(conversations, n) for n in ERASE_NEEDS):
+        raise NotImplementedError(
+            f"{type(conversations).__name__} cannot read and delete conversations"
+        )
     summary = None
     if conversations is not None:
         summary = await conversations.get_conversation(tenant, owner, session_id)

@@ -47,6 +47,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_message import QueuedTurn
 from tether.domain.chat_request import ChatRequest, RequestHeaders
@@ -108,7 +109,7 @@ class TurnQueue:
         return (
             stores.supervision is not None
             and conversations is not None
-            and type(conversations).remove_fenced is not ChatConversationStore.remove_fenced
+            and supports(conversations, Capability.CONVERSATION_REMOVE_FENCED)
         )
 
     def _conversations(self) -> ChatConversationStore:

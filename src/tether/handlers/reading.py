@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import ConversationNotOwnedError, normalize_owner
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus, ChatStreamSupervision
 from tether.domain.queued_messages import Waiting
@@ -68,12 +69,11 @@ class TurnReaders:
         someone else is a 403, whatever the reader guesses."""
         key = _key(tenant, requester_uuid, session_id)
         store = self._replica.stores.conversation
-        if store is None:
-            return key
+        if not supports(store, Capability.CONVERSATION_GET):
+            return key  # no store, or it cannot say whose the conversation is
+        assert store is not None
         try:
             summary = await store.get_conversation(tenant, key.requester_uuid, session_id)
-        except NotImplementedError:
-            return key
         except ConversationNotOwnedError as error:
             raise NotOwnerError("this conversation is private to its owner") from error
         if summary is None or summary.owner_uuid == key.requester_uuid:

@@ -54,8 +54,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import (
-    ChatConversationStore,
     ConversationNotOwnedError,
     ConversationSummary,
 )
@@ -77,7 +77,11 @@ LEASE_KEY = ConversationKey(tenant="tether/retention", requester_uuid="", sessio
 """The supervision row of the retention lease (a tenant no client can name)."""
 
 _PAGE = 200
-_NEEDED = ("list_stale_conversations", "get_conversation", "delete_conversation")
+_NEEDED = (
+    Capability.CONVERSATION_LIST_STALE,
+    Capability.CONVERSATION_GET,
+    Capability.CONVERSATION_DELETE,
+)
 
 
 @dataclass
@@ -135,15 +139,12 @@ async def prune_stores(
     conversations = stores.conversation
     if conversations is None:
         raise StoreURLError("pruning needs a conversation store; these URLs have none")
+    if not supports(conversations, Capability.CONVERSATION_LIST_STALE):
+        raise StoreURLError(f"{type(conversations).__name__} cannot list conversations by age")
     report = PruneReport(cutoff=now - older_than)
     cursor: str | None = None
     while True:
-        try:
-            listed = await conversations.list_stale_conversations(report.cutoff, _PAGE, cursor)
-        except NotImplementedError:
-            raise StoreURLError(
-                f"{type(conversations).__name__} cannot list conversations by age"
-            ) from None
+        listed = await conversations.list_stale_conversations(report.cutoff, _PAGE, cursor)
         for summary in listed.items:
             if dry_run:
                 report.removed.append(summary)
@@ -339,7 +340,7 @@ def retention_runner(
         return RetentionOff("TETHER_RETENTION is unset")
     if stores.conversation is None:
         return RetentionOff("no conversation store is wired, so there is nothing to prune")
-    missing = [name for name in _NEEDED if not _implements(stores.conversation, name)]
+    missing = [need.method for need in _NEEDED if not supports(stores.conversation, need)]
     if missing:
         return RetentionOff(
             f"{type(stores.conversation).__name__} does not implement {', '.join(missing)}"
@@ -357,11 +358,6 @@ def retention_runner(
         clock=clock,
         end_dead=end_dead,
     )
-
-
-def _implements(store: ChatConversationStore, method: str) -> bool:
-    """Whether ``store`` overrides an optional method (the interface's raises)."""
-    return getattr(type(store), method, None) is not getattr(ChatConversationStore, method)
 
 
 def _holder_name() -> str:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_agent_state_store import TURN_STATE_KEY
 from tether.domain.chat_conversation_store import ConversationNotOwnedError
 from tether.domain.chat_request import ChatRequest, RequestHeaders
@@ -133,7 +134,7 @@ class AutomaticTakeover:
         store = self._handler.stores.supervision
         if store is None or self._handler.stores.agent_state is None:
             return False
-        if type(store).list_stale_running is ChatStreamSupervisionStore.list_stale_running:
+        if not supports(store, Capability.SUPERVISION_LIST_STALE_RUNNING):
             logger.warning(_CANNOT_LIST, type(store).__name__)
             return False
         self._task = asyncio.get_running_loop().create_task(self._run(), name="takeovers")
@@ -159,9 +160,6 @@ class AutomaticTakeover:
                 await handed_off.wait(self._interval)
                 try:
                     await self.scan()
-                except NotImplementedError:
-                    logger.warning(_CANNOT_LIST, type(store).__name__)
-                    return
                 except Exception:
                     logger.warning("looking for dead turns failed; retrying", exc_info=True)
 

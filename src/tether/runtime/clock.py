@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
 from tether.runtime import background
 
@@ -136,12 +137,12 @@ class ReplicaClock:
         refresh_interval: float = REFRESH_INTERVAL,
     ) -> ReplicaClock:
         """The clock of a replica whose supervision store is ``store``: its
-        ``server_time`` if it implements it (found out at ``start``), else the
-        local clock; with no supervision store, the local clock."""
+        ``server_time`` if it implements it (``Capability.SUPERVISION_SERVER_TIME``),
+        else the local clock; with no supervision store, the local clock."""
         if store is None:
             return cls(None, local=local, skew=skew, source_name="no supervision store")
         return cls(
-            store.server_time,
+            store.server_time if supports(store, Capability.SUPERVISION_SERVER_TIME) else None,
             local=local,
             skew=skew,
             source_name=type(store).__name__,
@@ -171,18 +172,14 @@ class ReplicaClock:
 
         Returns whether the offset was updated. On failure, or when every round
         trip was slower than ``max_round_trip`` and an offset is already known,
-        the last good offset stays. A store without a clock (its
-        ``server_time`` raises ``NotImplementedError``) turns the correction
-        off for good: the local clock it is."""
+        the last good offset stays. Without a ``source`` (a store without
+        ``server_time``) there is nothing to measure: the local clock it is."""
         if self._source is None:
             return False
         best: OffsetSample | None = None
         for _ in range(self._samples):
             try:
                 sample = await measure_offset(self.local, self._source)
-            except NotImplementedError:
-                self._source = None
-                return False
             except Exception as error:
                 self._failed(error)
                 return False

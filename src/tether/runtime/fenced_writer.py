@@ -26,8 +26,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
-from tether.domain.chat_agent_state_store import ChatAgentStateStore, DependencyState
-from tether.domain.chat_conversation_store import ChatConversationStore, LastTurnStatus
+from tether.domain.capabilities import Capability, supports
+from tether.domain.chat_agent_state_store import DependencyState
+from tether.domain.chat_conversation_store import LastTurnStatus
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import RecordingFencedError
 from tether.domain.chat_stream_supervision_store import ChatStreamStatus
@@ -56,11 +57,6 @@ class StoreMetrics(Protocol):
 
 
 _T = TypeVar("_T")
-
-
-def implements(store: object, method: str, interface: type) -> bool:
-    """Whether ``store`` has its own ``method`` rather than the interface's default."""
-    return getattr(type(store), method) is not getattr(interface, method)
 
 
 async def raise_fences(stores: TurnStores, key: ConversationKey, epoch: int) -> None:
@@ -129,7 +125,7 @@ class FencedWriter:
                     k.tenant, k.requester_uuid, k.session_id, state, self.epoch
                 )
 
-        await self._write(Write.CHECKPOINT, store, "save_fenced", ChatAgentStateStore, save)
+        await self._write(Write.CHECKPOINT, store, Capability.STATE_SAVE_FENCED, save)
         self._metrics.observe_checkpoint(state)
 
     async def append(
@@ -160,7 +156,7 @@ class FencedWriter:
                 **details,
             )
 
-        await self._write(Write.TRANSCRIPT, store, "append_fenced", ChatConversationStore, append)
+        await self._write(Write.TRANSCRIPT, store, Capability.CONVERSATION_APPEND_FENCED, append)
 
     async def record(self, owner: object) -> None:
         """Wait until everything ``owner`` (the turn) produced so far is
@@ -177,21 +173,21 @@ class FencedWriter:
             return True
 
         # Every shipped and seed-only recording store fences ``put`` itself.
-        await self._write(Write.RECORDING, None, "", object, flush)
+        await self._write(Write.RECORDING, None, None, flush)
 
     async def finish(self, status: ChatStreamStatus) -> None:
         """The terminal status of the supervision row (at the next epoch)."""
         lease = self.lease
         if lease is None:
             return
-        await self._write(Write.STATUS, None, "", object, lambda: _accepted(lease.finish(status)))
+        await self._write(Write.STATUS, None, None, lambda: _accepted(lease.finish(status)))
 
     async def hand_off(self) -> None:
         """Leave the turn for another replica: the row reads dead at once."""
         lease = self.lease
         if lease is None:
             return
-        await self._write(Write.STATUS, None, "", object, lambda: _accepted(lease.abandon()))
+        await self._write(Write.STATUS, None, None, lambda: _accepted(lease.abandon()))
 
     async def pass_on(self, message_id: str) -> None:
         """End the turn by handing the row to queued turn ``message_id``
@@ -199,9 +195,7 @@ class FencedWriter:
         lease = self.lease
         if lease is None:
             return
-        await self._write(
-            Write.STATUS, None, "", object, lambda: _accepted(lease.pass_on(message_id))
-        )
+        await self._write(Write.STATUS, None, None, lambda: _accepted(lease.pass_on(message_id)))
 
     def allows_recording(self) -> bool:
         return self.lifecycle.allows(Write.RECORDING)
@@ -218,17 +212,19 @@ class FencedWriter:
         self,
         write: Write,
         store: object | None,
-        fenced_method: str,
-        interface: type,
+        fenced: Capability | None,
         attempt: Callable[[], Awaitable[bool]],
     ) -> None:
+        """``attempt`` the write, retried through an outage; ``fenced`` is the
+        capability by which ``store`` fences it in the write itself (without
+        it, the lease is renewed just before: a seed-only store)."""
         while True:
             if not self.lifecycle.allows(write):
                 raise FencedError(
                     f"{self._message_id}: a {self.lifecycle.state} turn writes no {write}"
                 )
             try:
-                if store is not None and not implements(store, fenced_method, interface):
+                if fenced is not None and not supports(store, fenced):
                     await self._renew()  # a seed-only store: the check before the write
                 accepted = await attempt()
             except StoreUnavailableError:

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_message import ChatMessage
 from tether.domain.chat_stream_recording_store import (
     HELD_DELTAS,
@@ -327,13 +328,13 @@ class RecordingFollower:
 
 
 def has_push(recording: ChatStreamRecordingStore) -> bool:
-    """Whether the store announces changes itself (it overrides ``subscribe``)."""
-    return type(recording).subscribe is not ChatStreamRecordingStore.subscribe
+    """Whether the store announces changes itself (``Capability.RECORDING_SUBSCRIBE``)."""
+    return supports(recording, Capability.RECORDING_SUBSCRIBE)
 
 
 def has_deltas(recording: ChatStreamRecordingStore) -> bool:
-    """Whether the store carries producers' deltas (it overrides ``publish_deltas``)."""
-    return type(recording).publish_deltas is not ChatStreamRecordingStore.publish_deltas
+    """Whether the store carries producers' deltas (``Capability.RECORDING_PUBLISH_DELTAS``)."""
+    return supports(recording, Capability.RECORDING_PUBLISH_DELTAS)
 
 
 def shows_the_same(shown: ChatMessage, new: ChatMessage) -> bool:

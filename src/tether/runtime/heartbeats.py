@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
 from tether.runtime import background
 from tether.runtime import conversation_row as rows
@@ -96,16 +97,24 @@ class HeartbeatBatcher:
     def _ensure_running(self) -> None:
         self._serving_loop = asyncio.get_running_loop()
         if self._thread is None and self._task is None:
-            try:
-                copy = self._store.for_another_loop()
-            except NotImplementedError:
-                copy = None
+            copy = self._copy_for_another_loop()
             if copy is not None:
                 self._thread = _LeaseThread(self, copy)
                 self._thread.start()
                 return
         if self._thread is None and (self._task is None or self._task.done()):
             self._task = self._serving_loop.create_task(self._run(self._store), name="heartbeats")
+
+    def _copy_for_another_loop(self) -> ChatStreamSupervisionStore | None:
+        """The store's copy for the lease thread, where it can give one."""
+        if not supports(self._store, Capability.SUPERVISION_FOR_ANOTHER_LOOP):
+            return None
+        try:
+            return self._store.for_another_loop()
+        except NotImplementedError:
+            # Its class can, this object cannot: a PostgreSQL or Redis store
+            # built over a given pool or client knows no way to connect again.
+            return None
 
     async def aclose(self) -> None:
         await background.stop(self._task)

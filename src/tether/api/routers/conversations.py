@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from tether.api.forms import ErrorBody, RequestBody
 from tether.api.identity import request_identity
 from tether.api.ids import SessionPath, TenantQuery
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import (
     ChatConversationStore,
     ConversationNotOwnedError,
@@ -24,6 +25,7 @@ from tether.domain.chat_conversation_store import (
 )
 from tether.domain.chat_message import ChatMessage
 from tether.handlers.chat_handler import ChatHandler
+from tether.handlers.erase import ERASE_NEEDS
 from tether.handlers.errors import (
     NotImplementedByStoreError,
     NotOwnerError,
@@ -55,16 +57,18 @@ def _store(request: Request) -> ChatConversationStore:
     return store
 
 
+def _require(store: ChatConversationStore, what: str, *needs: Capability) -> None:
+    """501 unless the store implements each of ``needs`` (optional methods)."""
+    if not all(supports(store, need) for need in needs):
+        raise NotImplementedByStoreError(f"the conversation store does not support {what}")
+
+
 async def _call(operation: Awaitable[T], what: str) -> T:
-    """Map the store's refusals to HTTP: not the owner is 403, not supported is 501."""
+    """Map the store's refusal to HTTP: not the owner is 403."""
     try:
         return await operation
     except ConversationNotOwnedError as error:
         raise NotOwnerError(f"you may not {what} this conversation") from error
-    except NotImplementedError as error:
-        raise NotImplementedByStoreError(
-            f"the conversation store does not support {what}"
-        ) from error
 
 
 @router.get("/conversations", response_model=ConversationPage, responses=_ERRORS)
@@ -82,6 +86,7 @@ async def list_conversations(
     """Your own conversations, most recently updated first."""
     requester = request_identity(request).requester_uuid
     store = _store(request)
+    _require(store, "list", Capability.CONVERSATION_LIST)
     try:
         return await _call(store.list_conversations(tenant, requester, limit, cursor), "list")
     except ValueError as error:
@@ -99,6 +104,7 @@ async def get_conversation(
     """The conversation and its transcript, if it is yours or shared."""
     requester = request_identity(request).requester_uuid
     store = _store(request)
+    _require(store, "read", Capability.CONVERSATION_GET)
     summary = await _call(store.get_conversation(tenant, requester, session_id), "read")
     if summary is None:
         raise TurnNotFoundError(f"no conversation {session_id!r}")
@@ -113,8 +119,10 @@ async def share_conversation(
     """Share the conversation with the tenant, or make it private again (owner only)."""
     requester = request_identity(request).requester_uuid
     store = _store(request)
+    _require(store, "read", Capability.CONVERSATION_GET)
     if await _call(store.get_conversation(tenant, requester, session_id), "read") is None:
         raise TurnNotFoundError(f"no conversation {session_id!r}")
+    _require(store, "share", Capability.CONVERSATION_SET_SHARED)
     await _call(store.set_shared(tenant, requester, session_id, patch.shared), "share")
     summary = await _call(store.get_conversation(tenant, requester, session_id), "read")
     assert summary is not None
@@ -132,7 +140,7 @@ async def delete_conversation(
     """Delete the conversation and everything it owns: transcript, checkpoint,
     recording and supervision row (owner only). While a turn runs in it: 409."""
     requester = request_identity(request).requester_uuid
-    _store(request)
+    _require(_store(request), "delete", *ERASE_NEEDS)
     handler: ChatHandler = request.app.state.chat_handler
     erased = handler.erase(tenant, requester, session_id)
     if not await _call(erased, "delete"):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.crashtest.client import TurnStatus
-from tether.testing.tool_ledger import ToolRun
+from tether.crashtest.instruments.tool_ledger import ToolRun
 
 UNKNOWN_OUTCOME = "may or may not have happened"
 """What the result of a call whose outcome is unknown says (``tether.tools``)."""

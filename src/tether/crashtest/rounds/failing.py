@@ -17,6 +17,7 @@ import httpx2
 from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Replica
 from tether.crashtest.faults import FaultKind, FaultPlan, FaultPoint, inject
+from tether.crashtest.instruments.tool_ledger import ToolLedger
 from tether.crashtest.invariants import CancelEvidence, Violation
 from tether.crashtest.reader import TurnReader
 from tether.crashtest.reference import has_completed_tool
@@ -28,7 +29,6 @@ from tether.crashtest.rounds.state import (
     content_length,
     held_in,
 )
-from tether.testing.tool_ledger import ToolLedger
 
 
 async def fail(

@@ -41,6 +41,7 @@ import httpx2
 from tether.crashtest.client import TetherAPI
 from tether.crashtest.cluster import Cluster, Replica
 from tether.crashtest.faults import FaultKind
+from tether.crashtest.instruments.pause_in_write import PAUSE_IN_VARIABLE
 from tether.crashtest.invariants import Violation
 from tether.crashtest.reference import Reference
 from tether.crashtest.results import RoundResult
@@ -57,7 +58,6 @@ from tether.crashtest.rounds.state import (
     round_bound,
 )
 from tether.crashtest.rounds.watching import attach_witness, recover_turn, unattended
-from tether.testing.pause_in_write import PAUSE_IN_VARIABLE
 
 
 async def play_round(

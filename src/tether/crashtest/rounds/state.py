@@ -17,12 +17,12 @@ from tether.crashtest.client import ClientView, TetherAPI
 from tether.crashtest.cluster import Cluster, Replica
 from tether.crashtest.faults import FaultPlan
 from tether.crashtest.fence import StoreReader
+from tether.crashtest.instruments.tool_ledger import ToolRun
 from tether.crashtest.invariants import CancelEvidence, Snapshot
 from tether.crashtest.reader import TurnReader
 from tether.crashtest.reference import Reference
 from tether.crashtest.results import RoundResult
 from tether.settings import TetherSettings
-from tether.testing.tool_ledger import ToolRun
 
 Phase = Callable[[str], None]
 # How long a SIGTERMed replica may take to drain and exit before it is killed.

@@ -6,7 +6,7 @@ unknown after a crash is run again) and for ``send_note`` (it writes: such a
 call is never run again; the model is told it may or may not have happened).
 The crash test's ``tool`` rounds kill its replica in the middle of one of
 those calls; both tools count every execution in the crash test's tool-call
-ledger (``tether.testing.tool_ledger``) when it is armed, and do nothing
+ledger (``tether.crashtest.instruments.tool_ledger``) when it is armed, and do nothing
 more otherwise.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 from tether.adapters.llm import ChatClient
+from tether.crashtest.instruments.tool_ledger import recorded
 from tether.domain.chat_agent import StreamableChatAgent
 from tether.domain.chat_agent_class_registry import ChatAgentClassRegistry
 from tether.domain.chat_message import ChatMessage
-from tether.testing.tool_ledger import recorded
 from tether.tools import tool
 
 from .tools import Number, evaluate

@@ -10,9 +10,40 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from tether.domain.capabilities import Capability
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
 
 _T = TypeVar("_T")
+_Tested = TypeVar("_Tested", bound=Callable[..., Any] | type)
+
+TESTED = "tether_capabilities"
+"""The attribute naming the optional capabilities a contract test exercises
+(``exercises``); a test without it checks the port's required methods."""
+
+CONTRACTS: dict[Capability, list[str]] = {}
+"""The contract classes of the kit that test each optional capability."""
+
+
+def exercises(*capabilities: Capability) -> Callable[[_Tested], _Tested]:
+    """Name the optional capabilities a contract test (or every test of a
+    contract class) exercises, for ``tether.testing.contracts.report``."""
+
+    def tag(tested: _Tested) -> _Tested:
+        if isinstance(tested, type):
+            tests = [f for name, f in vars(tested).items() if name.startswith("test_")]
+            owner = tested.__name__
+        else:
+            tests, owner = [tested], tested.__qualname__.partition(".")[0]
+        for test in tests:
+            setattr(test, TESTED, getattr(test, TESTED, frozenset()) | frozenset(capabilities))
+        for capability in capabilities:
+            named = CONTRACTS.setdefault(capability, [])
+            if owner not in named:
+                named.append(owner)
+        return tested
+
+    return tag
+
 
 StoreFactory = Callable[[], Any]
 """A zero-argument callable building a store: returns the store, or an awaitable of

@@ -23,12 +23,15 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tether.domain.capabilities import Capability
 from tether.domain.chat_stream_supervision_store import ChatStreamSupervisionStore
 from tether.runtime.clock import ReplicaClock
+from tether.testing.contracts._support import exercises
 
 SKEW = timedelta(seconds=10)
 
 
+@exercises(Capability.SUPERVISION_SERVER_TIME)
 class ChatStreamSupervisionClockContract:
     pytestmark: ClassVar[list[Any]] = [pytest.mark.asyncio]
     tolerance: ClassVar[timedelta] = timedelta(milliseconds=250)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import pytest
 
+from tether.domain.capabilities import Capability
 from tether.domain.chat_conversation_store import (
     ChatConversationStore,
     ConversationNotOwnedError,
     ConversationSummary,
     LastTurnStatus,
 )
-from tether.testing.contracts._support import ManualClock, bot, unique, user
+from tether.testing.contracts._support import ManualClock, bot, exercises, unique, user
 from tether.testing.contracts.conversation import ChatConversationStoreContract
 
 _STATUSES: list[LastTurnStatus] = ["running", "complete", "errored", "cancelled"]
@@ -46,6 +47,7 @@ async def _ids(store: ChatConversationStore, tenant: str, requester: str | None)
 class ChatConversationStoreFullContract(ChatConversationStoreContract):
     """Adds summaries, listing (own only, newest first, paged), sharing and deletion."""
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_get_conversation_is_none_when_no_conversation_exists(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -54,6 +56,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         await store.append_messages(tenant, "alice", "s", "a", [bot("x")], create_if_absent=False)
         assert await store.get_conversation(tenant, "alice", "s") is None
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_creation_records_owner_agent_and_times(
         self, store: ChatConversationStore, tenant: str, clock: ManualClock
     ) -> None:
@@ -71,6 +74,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
             title="Hello there",
         )
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_a_missing_requester_owns_as_the_empty_owner(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -79,6 +83,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         assert summary is not None and summary.owner_uuid == ""
         assert await _ids(store, tenant, None) == ["s"]
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_writes_move_updated_at_and_keep_created_at(
         self, store: ChatConversationStore, tenant: str, clock: ManualClock
     ) -> None:
@@ -102,6 +107,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         )
 
     @pytest.mark.parametrize("status", _STATUSES)
+    @exercises(Capability.CONVERSATION_GET)
     async def test_last_turn_status_is_set_by_append_and_by_set_last_turn_status(
         self, store: ChatConversationStore, tenant: str, status: LastTurnStatus
     ) -> None:
@@ -118,6 +124,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         summary = await store.get_conversation(tenant, "alice", "s")
         assert summary is not None and summary.last_turn_status == other
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_the_title_is_the_first_user_message(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -127,6 +134,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         summary = await store.get_conversation(tenant, "alice", "s")
         assert summary is not None and summary.title == "What is tether?"
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_a_long_first_message_gives_a_truncated_title(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -137,6 +145,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         assert 20 <= len(summary.title) <= 80
         assert content.startswith(summary.title.rstrip(".\u2026").rstrip())
 
+    @exercises(Capability.CONVERSATION_GET)
     async def test_a_private_summary_is_refused_to_another_user(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -144,6 +153,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         with pytest.raises(ConversationNotOwnedError):
             await store.get_conversation(tenant, "mallory", "s")
 
+    @exercises(Capability.CONVERSATION_GET, Capability.CONVERSATION_SET_SHARED)
     async def test_a_shared_conversation_is_readable_by_anyone_writable_by_the_owner(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -161,6 +171,11 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
             await store.get_transcript(tenant, "mallory", "s")
         assert await store.get_transcript(tenant, "alice", "s") == [user("look")]
 
+    @exercises(
+        Capability.CONVERSATION_GET,
+        Capability.CONVERSATION_SET_SHARED,
+        Capability.CONVERSATION_DELETE,
+    )
     async def test_writes_by_another_user_are_refused_for_sharing_and_deletion(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -174,6 +189,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
             await store.set_last_turn_status(tenant, "mallory", "s", "errored")
         assert await store.get_conversation(tenant, "alice", "s") == before
 
+    @exercises(Capability.CONVERSATION_LIST, Capability.CONVERSATION_SET_SHARED)
     async def test_listing_shows_only_own_conversations_newest_updated_first(
         self, store: ChatConversationStore, tenant: str, clock: ManualClock
     ) -> None:
@@ -191,6 +207,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         assert await _ids(store, tenant, "bob") == ["bobs"]
         assert await _ids(store, tenant, "nobody") == []
 
+    @exercises(Capability.CONVERSATION_LIST)
     async def test_listing_pages_with_an_opaque_cursor(
         self, store: ChatConversationStore, tenant: str, clock: ManualClock
     ) -> None:
@@ -214,12 +231,14 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         assert sorted(listed[:2]) == ["tie-a", "tie-b"]
         assert listed[2:] == sessions[::-1]
 
+    @exercises(Capability.CONVERSATION_LIST)
     async def test_an_empty_listing_has_no_cursor(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
         page = await store.list_conversations(tenant, "alice")
         assert page.items == [] and page.next_cursor is None
 
+    @exercises(Capability.CONVERSATION_LIST)
     async def test_listing_returns_tricky_session_ids_exactly(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -227,6 +246,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
             await store.append_messages(tenant, "alice", tricky, "agent", [user("x")])
         assert sorted(await _ids(store, tenant, "alice")) == sorted(self.tricky_ids)
 
+    @exercises(Capability.CONVERSATION_GET, Capability.CONVERSATION_DELETE)
     async def test_delete_removes_the_conversation(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -238,6 +258,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         assert await _ids(store, tenant, "alice") == ["kept"]
         assert await store.delete_conversation(tenant, "alice", "s") is False
 
+    @exercises(Capability.CONVERSATION_GET, Capability.CONVERSATION_DELETE)
     async def test_a_conversation_deleted_mid_stream_is_not_resurrected(
         self, store: ChatConversationStore, tenant: str
     ) -> None:
@@ -249,6 +270,7 @@ class ChatConversationStoreFullContract(ChatConversationStoreContract):
         assert await store.get_conversation(tenant, "alice", "s") is None
         assert await _ids(store, tenant, "alice") == []
 
+    @exercises(Capability.CONVERSATION_GET, Capability.CONVERSATION_DELETE)
     async def test_after_delete_someone_else_may_start_the_session(
         self, store: ChatConversationStore, tenant: str
     ) -> None:

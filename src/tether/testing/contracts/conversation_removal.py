@@ -24,13 +24,14 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_conversation_store import (
     ChatConversationStore,
     ConversationNotOwnedError,
     ConversationSummary,
 )
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
-from tether.testing.contracts._support import ManualClock, unique
+from tether.testing.contracts._support import ManualClock, exercises, unique
 
 
 def _question(turn: int, text: str | None = None) -> ChatMessage:
@@ -52,6 +53,7 @@ def _turn_ids(turn: int) -> list[str]:
     return [f"m-{turn}", f"m-{turn}-user"]
 
 
+@exercises(Capability.CONVERSATION_REMOVE_FENCED)
 class ChatConversationRemovalContract:
     """``remove_fenced``: removes by id, keeps the order, fenced like ``append_fenced``."""
 
@@ -326,7 +328,6 @@ async def _contents(
 async def _summary(
     store: ChatConversationStore, tenant: str, session: str = "session"
 ) -> ConversationSummary | None:
-    try:
-        return await store.get_conversation(tenant, "user", session)
-    except NotImplementedError:
+    if not supports(store, Capability.CONVERSATION_GET):
         return None
+    return await store.get_conversation(tenant, "user", session)

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tether.domain.capabilities import Capability, supports
 from tether.domain.chat_agent_state_store import ChatAgentStateStore
 from tether.domain.chat_conversation_store import ChatConversationStore, ConversationNotOwnedError
 from tether.domain.chat_message import ChatMessage, ChatMessageSender
@@ -40,7 +41,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
-from tether.testing.contracts._support import ManualClock, unique, user
+from tether.testing.contracts._support import ManualClock, exercises, unique, user
 
 Expire = Callable[[str, str | None, str], Awaitable[None]]
 
@@ -75,6 +76,7 @@ class _Fixtures:
         return unique("tenant")
 
 
+@exercises(Capability.SUPERVISION_LAST_EPOCH)
 class ChatStreamSupervisionEpochContract(_Fixtures):
     """Epochs only grow, also after a row is deleted or expires."""
 
@@ -147,6 +149,7 @@ class ChatStreamSupervisionEpochContract(_Fixtures):
         assert row is not None and row.epoch == 4
 
 
+@exercises(Capability.RECORDING_FENCE)
 class ChatStreamRecordingFenceContract(_Fixtures):
     """``fence`` and the fence's survival across ``delete``."""
 
@@ -217,6 +220,7 @@ class ChatStreamRecordingFenceContract(_Fixtures):
         assert await store.read(tenant, "user", "session") == before
 
 
+@exercises(Capability.STATE_SAVE_FENCED, Capability.STATE_FENCE)
 class ChatAgentStateFenceContract(_Fixtures):
     """``save_fenced`` and ``fence``: a fenced producer's checkpoint never lands."""
 
@@ -281,6 +285,7 @@ class ChatAgentStateFenceContract(_Fixtures):
         assert await store.load(tenant, "user", "session") == {"dep": {"epoch": 8}}
 
 
+@exercises(Capability.CONVERSATION_APPEND_FENCED, Capability.CONVERSATION_FENCE)
 class ChatConversationFenceContract(_Fixtures):
     """``append_fenced`` and ``fence``: one answer per turn, none from a fenced producer."""
 
@@ -434,7 +439,6 @@ class ChatConversationFenceContract(_Fixtures):
 
 
 async def _summary(store: ChatConversationStore, tenant: str) -> Any:
-    try:
-        return await store.get_conversation(tenant, "user", "session")
-    except NotImplementedError:
+    if not supports(store, Capability.CONVERSATION_GET):
         return None
+    return await store.get_conversation(tenant, "user", "session")

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tether.domain.capabilities import Capability
 from tether.domain.chat_conversation_store import ChatConversationStore
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
@@ -40,7 +41,7 @@ from tether.domain.chat_stream_supervision_store import (
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
-from tether.testing.contracts._support import ManualClock, unique, user
+from tether.testing.contracts._support import ManualClock, exercises, unique, user
 
 _T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -66,6 +67,7 @@ class _Fixtures:
         return unique("tenant")
 
 
+@exercises(Capability.SUPERVISION_FIND_BY_MESSAGE_ID)
 class ChatStreamSupervisionLookupContract(_Fixtures):
     """``find_by_message_id``: the requester's session whose row holds the turn, now."""
 
@@ -139,6 +141,7 @@ def _at(heartbeat_at: datetime, epoch: int, message_id: str, status: ChatStreamS
     )
 
 
+@exercises(Capability.SUPERVISION_LIST_STALE_RUNNING)
 class ChatStreamSupervisionStaleContract(_Fixtures):
     """``list_stale_running``: RUNNING rows older than a bound, oldest first."""
 
@@ -268,6 +271,7 @@ async def _stale(
         cursor = page.next_cursor
 
 
+@exercises(Capability.CONVERSATION_LIST_STALE)
 class ChatConversationRetentionContract(_Fixtures):
     """``list_stale_conversations``: every owner's, oldest first, before the cutoff."""
 

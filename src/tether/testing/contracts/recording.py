@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tether.domain.capabilities import Capability
 from tether.domain.chat_message import (
     ChatMessage,
     ChatMessageSender,
@@ -39,7 +40,7 @@ from tether.domain.chat_stream_recording_store import (
     RecordingFencedError,
     RecordingPut,
 )
-from tether.testing.contracts._support import TRICKY_IDS, unique
+from tether.testing.contracts._support import TRICKY_IDS, exercises, unique
 
 
 def _event(epoch: int, index: int = 0, message_id: str = "m-1") -> RecordedStreamEvent:
@@ -233,6 +234,7 @@ class ChatStreamRecordingStoreContract:
         assert stored is not None and stored.epoch == 8
         assert stored in [event for event in events if event.epoch == 8]
 
+    @exercises(Capability.RECORDING_PUT_MANY)
     async def test_put_many_writes_every_put_and_says_so(
         self, store: ChatStreamRecordingStore, tenant: str
     ) -> None:
@@ -241,11 +243,13 @@ class ChatStreamRecordingStoreContract:
         for i in range(5):
             assert await store.read(tenant, "user", f"s{i}") == _event(1, i, f"m-{i}")
 
+    @exercises(Capability.RECORDING_PUT_MANY)
     async def test_put_many_of_nothing_is_nothing(
         self, store: ChatStreamRecordingStore, tenant: str
     ) -> None:
         assert await store.put_many([]) == []
 
+    @exercises(Capability.RECORDING_PUT_MANY)
     async def test_a_fenced_put_in_a_batch_fails_alone_and_changes_nothing(
         self, store: ChatStreamRecordingStore, tenant: str
     ) -> None:
@@ -261,6 +265,7 @@ class ChatStreamRecordingStoreContract:
         assert await store.read(tenant, "user", "running") == _event(2, 2, "m-running")
         assert await store.read(tenant, "user", "new") == _event(1, 0, "m-new")
 
+    @exercises(Capability.RECORDING_PUT_MANY)
     async def test_puts_of_one_conversation_in_a_batch_apply_in_order(
         self, store: ChatStreamRecordingStore, tenant: str
     ) -> None:
@@ -272,6 +277,7 @@ class ChatStreamRecordingStoreContract:
         assert await store.put_many(puts) == [True, False, True]
         assert await store.read(tenant, "user", "session") == _event(2, 3, "m-2")
 
+    @exercises(Capability.RECORDING_PUT_MANY)
     async def test_put_many_keeps_tricky_ids_apart(
         self, store: ChatStreamRecordingStore, tenant: str
     ) -> None:

@@ -23,13 +23,14 @@ from typing import Any, ClassVar
 
 import pytest
 
+from tether.domain.capabilities import Capability
 from tether.domain.chat_stream_supervision_store import (
     ChatStreamStatus,
     ChatStreamSupervision,
     ChatStreamSupervisionStore,
     SupervisionSwap,
 )
-from tether.testing.contracts._support import TRICKY_IDS, unique
+from tether.testing.contracts._support import TRICKY_IDS, exercises, unique
 
 _T0 = datetime(2030, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -189,6 +190,7 @@ class ChatStreamSupervisionStoreContract:
         assert await store.read(tenant, "bob", "session") == _row(2, "m-2")
         assert await store.read(other_tenant, "alice", "session") == _row(3, "m-3")
 
+    @exercises(Capability.SUPERVISION_SWAP_MANY)
     async def test_a_batch_guards_each_swap_on_its_own_row(
         self, store: ChatStreamSupervisionStore, tenant: str
     ) -> None:
@@ -208,11 +210,13 @@ class ChatStreamSupervisionStoreContract:
         assert await store.read(tenant, "user", "fresh") == _row(1, "m-fresh", seconds=1)
         assert await store.read(tenant, "user", "vanished") is None
 
+    @exercises(Capability.SUPERVISION_SWAP_MANY)
     async def test_an_empty_batch_is_nothing(
         self, store: ChatStreamSupervisionStore, tenant: str
     ) -> None:
         assert await store.compare_and_swap_many([]) == []
 
+    @exercises(Capability.SUPERVISION_SWAP_MANY)
     async def test_a_batch_keeps_tricky_ids_apart(
         self, store: ChatStreamSupervisionStore, tenant: str
     ) -> None:
