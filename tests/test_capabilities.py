@@ -231,14 +231,19 @@ class TestStale(ChatStreamSupervisionStaleContract):
 '''
 
 
-def test_the_kit_reports_what_a_third_party_adapter_declares_and_passed(tmp_path: Path) -> None:
+# Under xdist the workers send each report back through execnet, which refused
+# the enums the report first carried (an internal error that stopped the run).
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["one process", "xdist"])
+def test_the_kit_reports_what_a_third_party_adapter_declares_and_passed(
+    tmp_path: Path, workers: list[str]
+) -> None:
     (tmp_path / "conftest.py").write_text(
         'pytest_plugins = ["tether.testing.contracts.report"]\n', encoding="utf-8"
     )
     (tmp_path / "test_adapter.py").write_text(textwrap.dedent(_ADAPTER), encoding="utf-8")
     source = Path(tether.__file__).resolve().parents[1]
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *workers, str(tmp_path)],
         cwd=tmp_path,
         env={"PYTHONPATH": str(source), "PATH": "/usr/bin:/bin"},
         capture_output=True,
