@@ -249,19 +249,16 @@ class SyncTetherClient:
         observer: TurnObserver | None = None,
     ) -> SyncTurn:
         """See ``TetherClient.start_turn``: the turn, once a replica started or queued it."""
-        turn = self._portal.call(
-            self._client.start_turn(
-                agent_identifier=agent_identifier,
-                message=message,
-                session_id=session_id,
-                stateful=stateful,
-                bot_params=bot_params,
-                conversation_context=conversation_context,
-                multitask_strategy=multitask_strategy,
-                observer=observer,
-            )
-        )
-        return SyncTurn(self._portal, turn)
+        return self.stream(
+            agent_identifier=agent_identifier,
+            message=message,
+            session_id=session_id,
+            stateful=stateful,
+            bot_params=bot_params,
+            conversation_context=conversation_context,
+            multitask_strategy=multitask_strategy,
+            observer=observer,
+        ).start()
 
     def follow(
         self,
