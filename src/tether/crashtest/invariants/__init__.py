@@ -1,8 +1,9 @@
 """The invariants of design §5, checked from the outside after each round.
 
 Everything here is a pure function of what the client saw and fetched, so it can be
-shown to fail on doctored evidence (tests/test_crash_test.py) as well as pass on real
-rounds. The checks, one module a group, numbered as the design's invariants:
+shown to fail on doctored evidence (tests/test_crash_test_invariants.py) as well as
+pass on real rounds. The checks, one module a group, numbered as the design's
+invariants:
 
 - ``i03_streams``: ``no-regress`` (§5.3), ``shown-kept`` (§5.12), ``unique-ids``
   (design §3): what the readers were streamed;
