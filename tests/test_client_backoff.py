@@ -16,7 +16,7 @@ import pytest
 
 from tether.client import routes
 from tether.client.backoff import Backoff
-from tether.client.recovery import Timeouts, TurnDriver, TurnState
+from tether.client.recovery import Timeouts, TurnDriver, TurnKnowledge
 
 STEPS = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
 
@@ -85,7 +85,7 @@ async def test_the_turn_driver_pauses_with_the_injected_jitter(pauses: list[floa
             http=http,
             endpoints=_Unusable(tries=5),
             tenant="t",
-            state=TurnState(session_id="s"),
+            state=TurnKnowledge(session_id="s"),
             timeouts=Timeouts(
                 stream=httpx2.Timeout(1), control=httpx2.Timeout(1), recovery=60, patience=60
             ),

@@ -38,7 +38,7 @@ from tether.client.models import (
     TurnStatus,
 )
 from tether.client.observer import TurnObserver
-from tether.client.recovery import Timeouts, TurnDriver, TurnState
+from tether.client.recovery import Timeouts, TurnDriver, TurnKnowledge
 from tether.client.replica_questions import RETRYABLE_STATUSES
 from tether.client.turn import Turn
 from tether.domain.chat_message import ChatMessage
@@ -168,7 +168,7 @@ class TetherClient:
             stream_mode=STREAM_MODE,
         )
         driver = self._driver(
-            TurnState(session_id=session),
+            TurnKnowledge(session_id=session),
             start=start,
             agent_identifier=agent_identifier,
             user_message=user.content,
@@ -226,13 +226,15 @@ class TetherClient:
         is recovered like a turn this client started; a resume learns the
         agent from the conversation unless ``agent_identifier`` is given."""
         driver = self._driver(
-            TurnState(session_id=session_id, message_id=message_id, last_event_id=last_event_id),
+            TurnKnowledge(
+                session_id=session_id, message_id=message_id, last_event_id=last_event_id
+            ),
             agent_identifier=agent_identifier,
             observer=observer,
         )
         return Turn(driver, self.cancel)
 
-    def _driver(self, state: TurnState, **options: Any) -> TurnDriver:
+    def _driver(self, state: TurnKnowledge, **options: Any) -> TurnDriver:
         return TurnDriver(
             http=self.http,
             endpoints=self.endpoints,

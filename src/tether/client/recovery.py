@@ -93,7 +93,7 @@ _TRANSIENT_STREAM_ERRORS = frozenset({"STORE_UNAVAILABLE"})
 
 
 @dataclass
-class TurnState:
+class TurnKnowledge:
     """What the client knows of its turn."""
 
     session_id: str
@@ -159,7 +159,7 @@ class TurnDriver:
         http: httpx2.AsyncClient,
         endpoints: Endpoints,
         tenant: str,
-        state: TurnState,
+        state: TurnKnowledge,
         timeouts: Timeouts,
         start: routes.Route | None = None,
         agent_identifier: str | None = None,
@@ -669,7 +669,7 @@ class TurnDriver:
 
 
 def _update(
-    message: ChatMessage, index: int | None, event_id: str | None, state: TurnState
+    message: ChatMessage, index: int | None, event_id: str | None, state: TurnKnowledge
 ) -> TurnUpdate:
     return TurnUpdate(
         message=message,

@@ -10,7 +10,7 @@ from types import TracebackType
 from tether.client.errors import TurnFailedError
 from tether.client.models import TurnUpdate
 from tether.client.observer import Connection
-from tether.client.recovery import Accepted, TurnDriver, TurnState
+from tether.client.recovery import Accepted, TurnDriver, TurnKnowledge
 from tether.client.turn_events import TurnEvent
 from tether.domain.chat_message import ChatMessage
 
@@ -48,7 +48,7 @@ class Turn:
 
     def __init__(self, driver: TurnDriver, cancel: Callable[[str, str], Awaitable[bool]]) -> None:
         self._driver = driver
-        self._state: TurnState = driver.state
+        self._state: TurnKnowledge = driver.state
         self._cancel = cancel
         self._updates: AsyncGenerator[TurnUpdate | Accepted, None] | None = None
         self._pending: TurnUpdate | None = None
